@@ -1,0 +1,109 @@
+"""Bronze: exactly the slice's committed records, raw, with their coordinates.
+
+The write carries a Delta idempotent-write id (txnAppId = bronze/<slice>), so a
+rerun of a committed slice is a no-op and, of two attempts racing, only one can
+commit: the loser fails with a concurrent-transaction conflict and its retry
+finds the slice done. The slice's offsets travel in the same commit's
+userMetadata, so rows and offsets cannot disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from slicewise.config import Settings
+from slicewise.kafka.offsets import TopicOffsets
+from slicewise.ledger import Ledger, slice_to_json
+from slicewise.slices import DataLossError, Slice, find_data_loss
+from slicewise.tables import BRONZE, conform, read_table, table_exists
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BronzeResult:
+    slice_id: str
+    rows: int
+    committed: bool  # False when the slice was already in bronze
+
+
+def kafka_options(settings: Settings, sl: Slice, ranges: dict[int, tuple[int, int]]) -> dict[str, str]:
+    """Spark Kafka source options for a batch read of exactly `ranges`."""
+    parts = sorted(p for p, (a, b) in ranges.items() if a < b)
+    return {
+        "kafka.bootstrap.servers": settings.bootstrap_servers,
+        "kafka.isolation.level": "read_committed",
+        "assign": json.dumps({sl.topic: parts}),
+        "startingOffsets": json.dumps({sl.topic: {str(p): ranges[p][0] for p in parts}}),
+        "endingOffsets": json.dumps({sl.topic: {str(p): ranges[p][1] for p in parts}}),
+        "includeHeaders": "true",
+        **{f"kafka.{k}": v for k, v in settings.kafka_props.items()},
+    }
+
+
+def to_bronze(kafka_df: DataFrame, slice_id: str) -> DataFrame:
+    """Kafka source rows -> bronze rows (pure)."""
+    return conform(
+        kafka_df.withColumnRenamed("timestampType", "timestamp_type").withColumn("slice_id", F.lit(slice_id)),
+        BRONZE,
+    )
+
+
+def read_slice(spark: SparkSession, settings: Settings, sl: Slice, ranges: dict[int, tuple[int, int]]) -> DataFrame:
+    if not any(a < b for a, b in ranges.values()):
+        return spark.createDataFrame([], BRONZE)
+    reader = spark.read.format("kafka")
+    for key, value in kafka_options(settings, sl, ranges).items():
+        reader = reader.option(key, value)
+    return to_bronze(reader.load(), sl.slice_id)
+
+
+def slice_in_bronze(spark: SparkSession, path: str, slice_id: str) -> bool:
+    if not table_exists(spark, path):
+        return False
+    return read_table(spark, path, BRONZE).where(F.col("slice_id") == slice_id).limit(1).count() > 0
+
+
+def run_bronze(
+    spark: SparkSession, settings: Settings, slice_id: str, accept_data_loss: bool = False
+) -> BronzeResult:
+    """Ingest one planned slice into bronze, exactly once."""
+    ledger = Ledger(settings.ledger_dir, settings.topic)
+    sl = ledger.load_slice(slice_id)
+    path = settings.table("bronze")
+    if slice_in_bronze(spark, path, slice_id):
+        rows = read_table(spark, path, BRONZE).where(F.col("slice_id") == slice_id).count()
+        log.info("%s is already in bronze (%d rows); nothing to do", sl.describe(), rows)
+        return BronzeResult(slice_id, rows, committed=False)
+
+    ranges = dict(sl.ranges)
+    losses = find_data_loss(sl, TopicOffsets(settings).earliest(list(ranges)))
+    metadata = {"step": "bronze", **slice_to_json(sl)}
+    if losses:
+        error = DataLossError(sl, losses)
+        if not accept_data_loss:
+            raise error
+        log.warning("DATA LOSS ACCEPTED by override:\n%s", error)
+        for d in losses:
+            ranges[d.partition] = (d.missing_until, ranges[d.partition][1])
+        metadata["data_loss_accepted"] = [d.__dict__ for d in losses]
+        ledger.record_step(slice_id, "data_loss_ack", {"losses": [d.__dict__ for d in losses]})
+
+    df = read_slice(spark, settings, sl, ranges).cache()
+    rows = df.count()
+    (
+        df.write.format("delta").mode("append")
+        .option("txnAppId", f"slicewise/bronze/{slice_id}")
+        .option("txnVersion", 0)
+        .option("userMetadata", json.dumps(metadata, sort_keys=True))
+        .save(path)
+    )
+    df.unpersist()
+    ledger.record_step(slice_id, "bronze", {"rows": rows})
+    log.info("bronze committed %s: %d rows", sl.describe(), rows)
+    return BronzeResult(slice_id, rows, committed=True)

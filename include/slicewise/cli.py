@@ -1,0 +1,103 @@
+"""`slicewise`: run any step by hand for one slice, and see the ledger.
+
+On-call uses this to inspect and re-run a slice exactly as the DAG would:
+
+    slicewise status
+    slicewise plan --start 2026-11-22T03:00:00Z --end 2026-11-22T04:00:00Z
+    slicewise bronze --slice-id 20261122T030000Z-20261122T040000Z
+    slicewise silver --slice-id ...   |  gate  |  publish  |  replay-quarantine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+
+from slicewise.config import ConfigError, load_settings
+from slicewise.jobs import STEPS, step_parser
+from slicewise.ledger import STEPS as LEDGER_STEPS
+from slicewise.ledger import Ledger
+
+
+def _when(text: str) -> datetime:
+    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} needs a zone, e.g. 2026-11-22T03:00:00Z")
+    return value
+
+
+def status_rows(ledger: Ledger) -> list[dict]:
+    rows = []
+    for sl in ledger.slices():
+        steps = {step: ledger.step(sl.slice_id, step) for step in (*LEDGER_STEPS, "replay", "data_loss_ack")}
+        silver = steps.get("silver") or {}
+        rows.append({
+            "slice_id": sl.slice_id,
+            "interval": [sl.start.isoformat(), sl.end.isoformat()],
+            "ranges": {str(p): list(r) for p, r in sorted(sl.ranges.items())},
+            "steps": {k: (v or {}).get("recorded_at", "-") for k, v in steps.items() if k in LEDGER_STEPS},
+            "counts": {k: silver.get(k) for k in ("read", "quarantined", "duplicates_in_slice",
+                                                  "inserted", "duplicates_in_silver", "missing")},
+            "gate": (steps.get("gate") or {}).get("success"),
+            "data_loss_accepted": bool(steps.get("data_loss_ack")),
+        })
+    return rows
+
+
+def print_status(rows: list[dict]) -> None:
+    if not rows:
+        print("no slices planned yet")
+        return
+    print(f"{'slice':34} {'offsets per partition':36} {'steps done':28} {'read':>6} {'quar':>5} "
+          f"{'dupS':>5} {'ins':>6} {'dupX':>5} gate")
+    for r in rows:
+        offsets = " ".join(f"p{p}:{a}-{b}" for p, (a, b) in r["ranges"].items())
+        done = ",".join(s for s, at in r["steps"].items() if at != "-")
+        c = r["counts"]
+        gate = {True: "pass", False: "FAIL", None: "-"}[r["gate"]]
+        print(f"{r['slice_id']:34} {offsets[:36]:36} {done:28} {c['read'] or '-':>6} {c['quarantined'] or 0:>5} "
+              f"{c['duplicates_in_slice'] or 0:>5} {c['inserted'] or 0:>6} {c['duplicates_in_silver'] or 0:>5} "
+              f"{gate}{'  DATA LOSS ACCEPTED' if r['data_loss_accepted'] else ''}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="slicewise", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    plan = sub.add_parser("plan", help="freeze the slice of an interval [start, end)")
+    plan.add_argument("--start", type=_when, required=True)
+    plan.add_argument("--end", type=_when, required=True)
+    status = sub.add_parser("status", help="slices, offsets, steps and counts from the ledger")
+    status.add_argument("--json", action="store_true")
+    for step in STEPS:
+        p = step_parser(step, sub.add_parser(step, help=f"run the {step} step for one slice"))
+        p.add_argument("--master", default="local[*]", help="Spark master when run by hand")
+    args = parser.parse_args(argv)
+
+    try:
+        settings = load_settings()
+        if args.command == "plan":
+            from slicewise.planner import plan_slice
+
+            sl = plan_slice(settings, args.start, args.end)
+            print(sl.describe())
+        elif args.command == "status":
+            rows = status_rows(Ledger(settings.ledger_dir, settings.topic))
+            print(json.dumps(rows, indent=2)) if args.json else print_status(rows)
+        else:
+            from slicewise.jobs import run
+
+            run(args.command, args, master=args.master)
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Twelve-factor settings: environment variables with defaults that make the
+embedded mode (local broker, Spark local[*], lakehouse under .state/) work with
+no configuration at all.
+
+Wrong values fail fast with a `ConfigError` naming the variable and what to set.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LOCAL_BOOTSTRAP = "127.0.0.1:19092"
+
+# Kafka client properties pass through untouched: SLICEWISE_KAFKA_PROP_SASL_MECHANISM=PLAIN
+# becomes sasl.mechanism=PLAIN for both the Python admin/producer and Spark's reader.
+KAFKA_PROP_PREFIX = "SLICEWISE_KAFKA_PROP_"
+
+
+class ConfigError(ValueError):
+    """A setting is missing or invalid; the message says which variable to change."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    bootstrap_servers: str
+    topic: str
+    lakehouse: str
+    state_dir: Path
+    cache_dir: Path
+    grace_seconds: int
+    dedup_horizon_days: int
+    max_value_bytes: int
+    kafka_props: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def embedded_broker(self) -> bool:
+        """True when no external broker was configured and ours is used."""
+        return self.bootstrap_servers == LOCAL_BOOTSTRAP
+
+    def table(self, name: str) -> str:
+        """Location of a lakehouse table (bronze, silver, quarantine, gold, ...)."""
+        return f"{self.lakehouse.rstrip('/')}/{name}"
+
+    @property
+    def ledger_dir(self) -> str:
+        return self.table("_ledger")
+
+    @property
+    def data_docs_dir(self) -> Path:
+        return self.state_dir / "data_docs"
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer; set it to a whole number (default {default}).") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={value} is below {minimum}; set it to {minimum} or more (default {default}).")
+    return value
+
+
+def kafka_props_from_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {
+        key[len(KAFKA_PROP_PREFIX):].lower().replace("_", "."): value
+        for key, value in env.items()
+        if key.startswith(KAFKA_PROP_PREFIX)
+    }
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """Read settings from the environment (or the given mapping) and validate them."""
+    env = os.environ if env is None else env
+    state_dir = Path(env.get("SLICEWISE_STATE_DIR") or REPO_ROOT / ".state").expanduser()
+    cache_dir = Path(env.get("SLICEWISE_CACHE_DIR") or Path.home() / ".cache" / "slicewise").expanduser()
+    topic = env.get("SLICEWISE_TOPIC", "events").strip()
+    if not topic:
+        raise ConfigError("SLICEWISE_TOPIC is blank; set it to the Kafka topic to ingest (default 'events').")
+    bootstrap = env.get("SLICEWISE_KAFKA_BOOTSTRAP", "").strip() or LOCAL_BOOTSTRAP
+    if ":" not in bootstrap:
+        raise ConfigError(
+            f"SLICEWISE_KAFKA_BOOTSTRAP={bootstrap!r} has no port; use host:port[,host:port], "
+            f"or unset it to use the embedded broker at {LOCAL_BOOTSTRAP}."
+        )
+    lakehouse = env.get("SLICEWISE_LAKEHOUSE", "").strip() or str(state_dir / "lakehouse")
+    return Settings(
+        bootstrap_servers=bootstrap,
+        topic=topic,
+        lakehouse=lakehouse,
+        state_dir=state_dir,
+        cache_dir=cache_dir,
+        grace_seconds=_int(env, "SLICEWISE_GRACE_SECONDS", 30),
+        dedup_horizon_days=_int(env, "SLICEWISE_DEDUP_HORIZON_DAYS", 7),
+        max_value_bytes=_int(env, "SLICEWISE_MAX_VALUE_BYTES", 1_048_576, minimum=1),
+        kafka_props=kafka_props_from_env(env),
+    )

@@ -1,0 +1,65 @@
+"""Plan a run's slice: resolve (once) and store the boundaries of its interval."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+
+from slicewise.config import Settings
+from slicewise.kafka.offsets import TopicOffsets
+from slicewise.ledger import Ledger
+from slicewise.slices import Boundary, Slice, check_contiguous, resolve_offset, slice_between, utc
+
+log = logging.getLogger(__name__)
+
+
+class IntervalNotClosed(RuntimeError):
+    """The interval (plus grace) has not ended; its end boundary cannot be frozen yet."""
+
+
+def resolve_boundary(ledger: Ledger, offsets: TopicOffsets, at: datetime) -> Boundary:
+    """Return the stored boundary for `at`, resolving and storing it if it is new."""
+    stored = ledger.boundary(at)
+    if stored is not None:
+        return stored
+    before, after = ledger.neighbours(at)
+    by_time, lso = offsets.snapshot(at)
+    resolved = {
+        p: resolve_offset(
+            by_time.get(p),
+            lso[p],
+            floor=before.offset(p) if before else 0,
+            ceiling=after.offsets.get(p) if after else None,
+        )
+        for p in lso
+    }
+    winner = ledger.put_boundary(Boundary(ledger.topic, at, resolved, datetime.now(UTC)))
+    log.info("boundary %s: %s (LSO %s)", at.isoformat(), dict(winner.offsets), dict(lso))
+    return winner
+
+
+def plan_slice(
+    settings: Settings, start: datetime, end: datetime, now: datetime | None = None
+) -> Slice:
+    """Freeze and return the slice owned by the interval [start, end).
+
+    Reruns, cleared tasks and backfills get the stored slice back unchanged.
+    """
+    start, end = utc(start), utc(end)
+    now = utc(now) if now else datetime.now(UTC)
+    ledger = Ledger(settings.ledger_dir, settings.topic)
+    closes = end + timedelta(seconds=settings.grace_seconds)
+    if ledger.boundary(end) is None and now < closes:
+        raise IntervalNotClosed(
+            f"interval [{start.isoformat()}, {end.isoformat()}) closes at {closes.isoformat()} "
+            f"(end + {settings.grace_seconds}s grace); it is {now.isoformat()}. The DAG waits for "
+            "this; by hand, retry after that time."
+        )
+    offsets = TopicOffsets(settings)
+    lower = resolve_boundary(ledger, offsets, start)
+    upper = resolve_boundary(ledger, offsets, end)
+    check_contiguous(ledger.boundaries())
+    sl = slice_between(lower, upper)
+    ledger.save_slice(sl)
+    ledger.record_step(sl.slice_id, "plan", {"ranges": {str(p): list(r) for p, r in sl.ranges.items()}})
+    return sl

@@ -1,0 +1,151 @@
+"""The slice model, as pure functions: boundaries, slices, contiguity, data loss.
+
+A boundary B(t) maps each partition to the first offset at or after time t,
+capped at the last stable offset (LSO) when it was resolved. The run for the
+interval [t0, t1) owns the slice [B(t0), B(t1)). A partition absent from a
+boundary did not exist when it was resolved, so its offsets begin at 0 there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+Offsets = Mapping[int, int]
+
+
+def utc(ts: datetime) -> datetime:
+    """Normalise to an aware UTC datetime; naive input is rejected, not guessed."""
+    if ts.tzinfo is None:
+        raise ValueError(f"{ts!r} has no time zone; slice times must be timezone-aware (UTC).")
+    return ts.astimezone(UTC)
+
+
+def stamp(ts: datetime) -> str:
+    """Compact, sortable UTC stamp used in slice ids and ledger file names."""
+    return utc(ts).strftime("%Y%m%dT%H%M%SZ")
+
+
+@dataclass(frozen=True)
+class Boundary:
+    topic: str
+    at: datetime
+    offsets: Mapping[int, int]
+    resolved_at: datetime | None = None
+
+    def offset(self, partition: int) -> int:
+        return self.offsets.get(partition, 0)
+
+
+@dataclass(frozen=True)
+class Slice:
+    """For every partition, the half-open offset range [start, end)."""
+
+    topic: str
+    start: datetime
+    end: datetime
+    ranges: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def slice_id(self) -> str:
+        return f"{stamp(self.start)}-{stamp(self.end)}"
+
+    @property
+    def record_count_upper_bound(self) -> int:
+        """Offsets owned; transaction markers and aborted records make the real count lower."""
+        return sum(until - frm for frm, until in self.ranges.values())
+
+    def describe(self) -> str:
+        parts = ", ".join(f"p{p}=[{a},{b})" for p, (a, b) in sorted(self.ranges.items()))
+        return f"slice {self.slice_id} of {self.topic}: {parts or 'no partitions'}"
+
+
+class ContiguityError(RuntimeError):
+    """Stored boundaries would make a slice overlap or skip offsets."""
+
+
+@dataclass(frozen=True)
+class DataLoss:
+    partition: int
+    missing_from: int
+    missing_until: int
+
+    @property
+    def count(self) -> int:
+        return self.missing_until - self.missing_from
+
+
+class DataLossError(RuntimeError):
+    """Kafka no longer retains offsets the slice owns."""
+
+    def __init__(self, sl: Slice, losses: list[DataLoss]):
+        self.slice = sl
+        self.losses = losses
+        lines = [
+            f"DATA LOSS in {sl.describe()}: Kafka no longer retains offsets this slice owns.",
+            *(
+                f"  partition {d.partition}: offsets [{d.missing_from}, {d.missing_until}) are gone ({d.count} offsets)"
+                for d in losses
+            ),
+            f"  total: {sum(d.count for d in losses)} offsets across {len(losses)} partition(s).",
+            "Safe next step: if the records can be recovered (re-produce them), do that; otherwise "
+            "rerun with the data-loss override (DAG param accept_data_loss=true, or "
+            "`slicewise bronze --accept-data-loss`) to ingest what remains. The override is logged "
+            "and recorded in the ledger.",
+        ]
+        super().__init__("\n".join(lines))
+
+
+def resolve_offset(at_time: int | None, lso: int, floor: int, ceiling: int | None) -> int:
+    """One partition's boundary offset.
+
+    Args:
+        at_time: first offset with timestamp >= t, or None when no record has one yet.
+        lso: the partition's last stable offset now (read_committed end).
+        floor: the nearest earlier stored boundary's offset (0 if none).
+        ceiling: the nearest later stored boundary's offset, if any.
+
+    Returns:
+        The offset, capped at the LSO so no undecided transaction is cut, and kept
+        between its neighbours so slices stay contiguous whatever the resolution order.
+    """
+    offset = lso if at_time is None else min(at_time, lso)
+    offset = max(offset, floor)
+    if ceiling is not None:
+        offset = min(offset, ceiling)
+    return offset
+
+
+def slice_between(lower: Boundary, upper: Boundary) -> Slice:
+    """The slice [lower, upper); raises if the boundaries go backwards."""
+    if not utc(lower.at) < utc(upper.at):
+        raise ContiguityError(f"boundary {lower.at} is not before {upper.at}")
+    ranges: dict[int, tuple[int, int]] = {}
+    for partition in sorted(set(lower.offsets) | set(upper.offsets)):
+        frm, until = lower.offset(partition), upper.offset(partition)
+        if until < frm:
+            raise ContiguityError(
+                f"partition {partition}: boundary at {lower.at} is {frm} but the later one at "
+                f"{upper.at} is {until}; stored boundaries must never decrease. Inspect the ledger "
+                "with `slicewise status` before changing anything."
+            )
+        ranges[partition] = (frm, until)
+    return Slice(lower.topic, lower.at, upper.at, ranges)
+
+
+def check_contiguous(boundaries: list[Boundary]) -> None:
+    """Every consecutive pair of stored boundaries must form a valid slice."""
+    ordered = sorted(boundaries, key=lambda b: b.at)
+    for lower, upper in zip(ordered, ordered[1:], strict=False):
+        slice_between(lower, upper)
+
+
+def find_data_loss(sl: Slice, earliest: Offsets) -> list[DataLoss]:
+    """Ranges of the slice below the earliest offset Kafka still retains."""
+    losses = []
+    for partition, (frm, until) in sorted(sl.ranges.items()):
+        retained = earliest.get(partition, 0)
+        if frm < retained and frm < until:
+            losses.append(DataLoss(partition, frm, min(retained, until)))
+    return losses

@@ -1,0 +1,92 @@
+"""The one place that builds a SparkSession.
+
+Jobs, tests and `spark-submit` (through the Airflow operator) all take their
+jars and Delta settings from here, so the classpath never drifts apart. The jar
+coordinates themselves are pinned in `scripts/spark/pom.xml`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from slicewise.config import REPO_ROOT, ConfigError, Settings, load_settings
+
+SPARK_POM = REPO_ROOT / "scripts" / "spark" / "pom.xml"
+
+
+def spark_jars(settings: Settings | None = None) -> list[Path]:
+    """Jars for Delta and the Kafka connector, copied from Maven Central once.
+
+    The cache folder is keyed by the pom's hash, so changing a version in the
+    pom resolves again instead of mixing old and new jars.
+    """
+    settings = settings or load_settings()
+    digest = hashlib.sha256(SPARK_POM.read_bytes()).hexdigest()[:12]
+    target = settings.cache_dir / f"spark-jars-{digest}"
+    marker = target / ".complete"
+    if not marker.exists():
+        if shutil.which("mvn") is None:
+            raise ConfigError("Maven (`mvn`) is needed once to fetch the Spark jars; install it (apt-get install maven).")
+        partial = target.with_name(target.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        subprocess.run(
+            ["mvn", "-q", "-B", "-f", str(SPARK_POM), "dependency:copy-dependencies",
+             f"-DoutputDirectory={partial}", "-DincludeScope=runtime"],
+            check=True,
+        )
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
+        marker.touch()
+    return sorted(target.glob("*.jar"))
+
+
+def spark_conf(settings: Settings | None = None) -> dict[str, str]:
+    """Spark settings every session of ours needs; also handed to `spark-submit`."""
+    return {
+        "spark.jars": ",".join(str(jar) for jar in spark_jars(settings)),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.showConsoleProgress": "false",
+    }
+
+
+def local_conf() -> dict[str, str]:
+    """Small and quiet: for the shared test session and embedded-mode runs."""
+    return {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.driver.memory": "2g",
+    }
+
+
+def get_spark(
+    app_name: str = "slicewise",
+    master: str | None = None,
+    extra_conf: dict[str, str] | None = None,
+    settings: Settings | None = None,
+) -> SparkSession:
+    """Return the active session, or build one with Delta and the Kafka connector.
+
+    Under `spark-submit` the JVM already runs with the same jars and settings
+    (see `spark_conf`), so `getOrCreate` returns that session and `master` is
+    ignored; it only matters when no session exists yet (tests, the CLI).
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    for key, value in {**spark_conf(settings), **(extra_conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

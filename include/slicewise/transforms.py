@@ -1,0 +1,100 @@
+"""Pure DataFrame -> DataFrame transforms from bronze to silver and quarantine.
+
+The event contract (docs/EVENT_CONTRACT.md): a JSON object with `event_id`
+(non-blank string), `event_type` (non-blank string), `occurred_at` (ISO-8601
+with a zone) and optionally `payload` (object). Extra fields are allowed and
+ignored; the raw record stays in bronze.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from slicewise.tables import QUARANTINE, SILVER, conform
+
+# Optional fraction, mandatory zone ('Z' or +hh:mm): a timestamp without a zone
+# is ambiguous, so it is quarantined rather than guessed.
+OCCURRED_AT_FORMAT = "yyyy-MM-dd'T'HH:mm:ss[.SSSSSSSSS]XXX"
+
+REASONS = (
+    "null_value",
+    "oversized_value",
+    "invalid_utf8",
+    "invalid_json",
+    "not_an_object",
+    "missing_event_id",
+    "non_string_event_id",
+    "blank_event_id",
+    "invalid_event_type",
+    "missing_occurred_at",
+    "invalid_occurred_at",
+    "invalid_payload",
+)
+
+# Survivor order among copies of one event_id: the lowest Kafka position.
+SURVIVOR_ORDER = ("kafka_partition", "kafka_offset")
+# The same order as a MERGE condition: source copy `s` is earlier than stored copy `t`.
+EARLIER_SQL = (
+    "s.kafka_partition < t.kafka_partition OR "
+    "(s.kafka_partition = t.kafka_partition AND s.kafka_offset < t.kafka_offset)"
+)
+
+
+def _type_of(variant: Column) -> Column:
+    return F.when(variant.isNull(), F.lit(None)).otherwise(F.schema_of_variant(variant))
+
+
+def parse_events(bronze: DataFrame, max_value_bytes: int) -> DataFrame:
+    """Bronze rows with the parsed event columns and a `reason` (null when valid)."""
+    text = F.col("value").cast("string")
+    doc = F.try_parse_json(text)
+    field = {name: F.try_variant_get(doc, f"$.{name}", "variant") for name in
+             ("event_id", "event_type", "occurred_at", "payload")}
+    event_id = F.try_variant_get(doc, "$.event_id", "string")
+    event_type = F.try_variant_get(doc, "$.event_type", "string")
+    occurred_raw = F.try_variant_get(doc, "$.occurred_at", "string")
+    occurred_at = F.try_to_timestamp(occurred_raw, F.lit(OCCURRED_AT_FORMAT))
+    reason = (
+        F.when(F.col("value").isNull(), "null_value")
+        .when(F.length("value") > max_value_bytes, "oversized_value")
+        .when(~F.is_valid_utf8(text), "invalid_utf8")
+        .when(doc.isNull(), "invalid_json")
+        .when(~F.schema_of_variant(doc).startswith("OBJECT"), "not_an_object")
+        .when(field["event_id"].isNull() | F.is_variant_null(field["event_id"]), "missing_event_id")
+        .when(_type_of(field["event_id"]) != "STRING", "non_string_event_id")
+        .when(F.trim(event_id) == "", "blank_event_id")
+        .when((_type_of(field["event_type"]) != "STRING") | (F.trim(event_type) == "")
+              | field["event_type"].isNull(), "invalid_event_type")
+        .when(field["occurred_at"].isNull() | F.is_variant_null(field["occurred_at"]), "missing_occurred_at")
+        .when((_type_of(field["occurred_at"]) != "STRING") | occurred_at.isNull(), "invalid_occurred_at")
+        .when(field["payload"].isNotNull() & ~F.coalesce(_type_of(field["payload"]).startswith("OBJECT"),
+                                                           F.lit(False)), "invalid_payload")
+    )
+    return bronze.select(
+        "*",
+        event_id.alias("event_id"),
+        event_type.alias("event_type"),
+        occurred_at.alias("occurred_at"),
+        F.to_date(occurred_at).alias("event_date"),
+        F.to_json(field["payload"]).alias("payload"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        reason.alias("reason"),
+    )
+
+
+def quarantined(parsed: DataFrame) -> DataFrame:
+    """Records that broke the contract, raw bytes and coordinates kept for replay."""
+    return conform(parsed.where(F.col("reason").isNotNull()), QUARANTINE)
+
+
+def valid_events(parsed: DataFrame) -> DataFrame:
+    return conform(parsed.where(F.col("reason").isNull()), SILVER)
+
+
+def dedup_within(events: DataFrame) -> DataFrame:
+    """One row per event_id: the copy at the lowest Kafka position survives."""
+    rank = Window.partitionBy("event_id").orderBy(*SURVIVOR_ORDER)
+    return events.withColumn("_rank", F.row_number().over(rank)).where("_rank = 1").drop("_rank")

@@ -1,0 +1,31 @@
+import pytest
+
+from slicewise.config import LOCAL_BOOTSTRAP, ConfigError, load_settings
+
+
+def test_defaults_need_no_configuration(tmp_path):
+    s = load_settings({"SLICEWISE_STATE_DIR": str(tmp_path)})
+    assert s.bootstrap_servers == LOCAL_BOOTSTRAP and s.embedded_broker
+    assert s.lakehouse == str(tmp_path / "lakehouse")
+    assert s.table("silver") == f"{tmp_path}/lakehouse/silver"
+    assert s.dedup_horizon_days == 7
+
+
+def test_security_properties_pass_through_untouched():
+    s = load_settings({"SLICEWISE_KAFKA_PROP_SASL_MECHANISM": "PLAIN",
+                       "SLICEWISE_KAFKA_PROP_SECURITY_PROTOCOL": "SASL_SSL"})
+    assert dict(s.kafka_props) == {"sasl.mechanism": "PLAIN", "security.protocol": "SASL_SSL"}
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"SLICEWISE_DEDUP_HORIZON_DAYS": "week"}, "SLICEWISE_DEDUP_HORIZON_DAYS='week' is not an integer"),
+        ({"SLICEWISE_GRACE_SECONDS": "-5"}, "SLICEWISE_GRACE_SECONDS=-5 is below 0"),
+        ({"SLICEWISE_TOPIC": "  "}, "SLICEWISE_TOPIC is blank"),
+        ({"SLICEWISE_KAFKA_BOOTSTRAP": "kafka"}, "has no port"),
+    ],
+)
+def test_bad_configuration_fails_fast_with_what_to_change(env, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        load_settings(env)

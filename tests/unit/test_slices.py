@@ -1,0 +1,68 @@
+"""Pure slice-model functions: no Kafka, no Spark."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from slicewise.slices import (
+    Boundary,
+    ContiguityError,
+    DataLossError,
+    check_contiguous,
+    find_data_loss,
+    resolve_offset,
+    slice_between,
+)
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def b(hours: int, **offsets: int) -> Boundary:
+    return Boundary("events", T0 + timedelta(hours=hours), {int(k[1:]): v for k, v in offsets.items()})
+
+
+@pytest.mark.parametrize(
+    ("at_time", "lso", "floor", "ceiling", "expected"),
+    [
+        (10, 50, 0, None, 10),  # offset for the time
+        (None, 50, 0, None, 50),  # no record at/after t yet: up to the LSO
+        (70, 50, 0, None, 50),  # never past the LSO (open transaction)
+        (3, 50, 8, None, 8),  # never below an earlier stored boundary
+        (40, 50, 0, 30, 30),  # never above a later stored boundary
+    ],
+)
+def test_resolve_offset(at_time, lso, floor, ceiling, expected):
+    assert resolve_offset(at_time, lso, floor, ceiling) == expected
+
+
+def test_slice_between_covers_new_partition_from_zero():
+    sl = slice_between(b(0, p0=5), b(1, p0=9, p1=4))
+    assert sl.ranges == {0: (5, 9), 1: (0, 4)}
+    assert sl.slice_id == "20261101T000000Z-20261101T010000Z"
+
+
+def test_consecutive_slices_share_boundaries_and_never_overlap():
+    bounds = [b(0, p0=0, p1=0), b(1, p0=4, p1=0), b(2, p0=4, p1=7), b(3, p0=12, p1=9)]
+    slices = [slice_between(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    for p in (0, 1):
+        covered = [o for sl in slices for o in range(*sl.ranges[p])]
+        assert covered == list(range(bounds[0].offset(p), bounds[-1].offset(p)))
+
+
+def test_decreasing_boundary_is_refused():
+    with pytest.raises(ContiguityError, match="partition 0"):
+        check_contiguous([b(0, p0=9), b(1, p0=5)])
+
+
+def test_data_loss_report_names_partitions_and_ranges():
+    sl = slice_between(b(0, p0=0, p1=10), b(1, p0=20, p1=30))
+    losses = find_data_loss(sl, {0: 15, 1: 10})
+    assert [(d.partition, d.missing_from, d.missing_until, d.count) for d in losses] == [(0, 0, 15, 15)]
+    message = str(DataLossError(sl, losses))
+    assert "partition 0: offsets [0, 15) are gone (15 offsets)" in message
+    assert "accept_data_loss" in message
+
+
+def test_naive_datetime_is_rejected():
+    with pytest.raises(ValueError, match="time zone"):
+        slice_between(Boundary("e", datetime(2026, 1, 1), {}), Boundary("e", datetime(2026, 1, 2), {}))

@@ -1,0 +1,82 @@
+"""Bronze -> silver/quarantine transforms, asserted as whole DataFrames."""
+
+import json
+from datetime import UTC, date, datetime
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from slicewise.tables import BRONZE
+from slicewise.transforms import dedup_within, parse_events, quarantined, valid_events
+
+TS = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+
+def event(event_id, **overrides):
+    doc = {"event_id": event_id, "event_type": "click", "occurred_at": "2026-11-01T10:15:00Z",
+           "payload": {"n": 1}}
+    doc.update(overrides)
+    return json.dumps(doc).encode()
+
+
+def bronze_rows(spark, values):
+    rows = [("events", p, o, TS, 0, None, v, [], "s1") for p, o, v in values]
+    return spark.createDataFrame(rows, BRONZE)
+
+
+MALFORMED = [
+    (None, "null_value"),
+    (b"x" * 600, "oversized_value"),
+    (b"\xff\xfe{}", "invalid_utf8"),
+    (b"{not json", "invalid_json"),
+    (b"[1, 2]", "not_an_object"),
+    (b'"just a string"', "not_an_object"),
+    (json.dumps({"event_type": "click", "occurred_at": "2026-11-01T10:15:00Z"}).encode(), "missing_event_id"),
+    (event(None), "missing_event_id"),
+    (event(42), "non_string_event_id"),
+    (event("   "), "blank_event_id"),
+    (event("e-9", event_type=7), "invalid_event_type"),
+    (event("e-9", occurred_at=None), "missing_occurred_at"),
+    (event("e-9", occurred_at="2026-11-01 10:15"), "invalid_occurred_at"),
+    (event("e-9", occurred_at="2026-11-01T10:15:00"), "invalid_occurred_at"),  # no zone
+    (event("e-9", payload=[1]), "invalid_payload"),
+]
+
+
+@pytest.mark.parametrize(("value", "reason"), MALFORMED, ids=[r for _, r in MALFORMED])
+def test_each_malformed_kind_gets_its_reason(spark, value, reason):
+    parsed = parse_events(bronze_rows(spark, [(0, 7, value)]), max_value_bytes=512)
+    got = quarantined(parsed).select("partition", "offset", "value", "reason", "slice_id")
+    expected = spark.createDataFrame([(0, 7, value, reason, "s1")], got.schema)
+    assertDataFrameEqual(got, expected)
+    assert valid_events(parsed).count() == 0
+
+
+def test_valid_event_parses_to_silver_columns(spark):
+    value = event("e-1", occurred_at="2026-11-01T23:30:00.250+02:00", extra_field="ignored")
+    got = valid_events(parse_events(bronze_rows(spark, [(1, 3, value)]), 1024))
+    expected = spark.createDataFrame(
+        [("e-1", "click", datetime(2026, 11, 1, 21, 30, 0, 250000, tzinfo=UTC), date(2026, 11, 1),
+          '{"n":1}', 1, 3, TS, "s1")],
+        got.schema,
+    )
+    assertDataFrameEqual(got, expected)
+    assert quarantined(parse_events(bronze_rows(spark, [(1, 3, value)]), 1024)).count() == 0
+
+
+def test_dedup_keeps_lowest_kafka_position_across_partitions(spark):
+    rows = [(1, 2, event("a")), (0, 9, event("a")), (0, 4, event("b")), (0, 5, event("b")), (2, 0, event("c"))]
+    got = dedup_within(valid_events(parse_events(bronze_rows(spark, rows), 1024)))
+    assertDataFrameEqual(
+        got.select("event_id", "kafka_partition", "kafka_offset"),
+        spark.createDataFrame([("a", 0, 9), ("b", 0, 4), ("c", 2, 0)], "event_id string, kafka_partition int, kafka_offset long"),
+    )
+
+
+def test_dedup_is_idempotent_and_order_independent(spark):
+    rows = [(p, o, event(f"id-{(p * 7 + o) % 5}")) for p in range(3) for o in range(6)]
+    events = valid_events(parse_events(bronze_rows(spark, rows), 1024))
+    once = dedup_within(events)
+    assertDataFrameEqual(dedup_within(once), once)
+    assertDataFrameEqual(dedup_within(events.orderBy(F.rand(7))), once)
