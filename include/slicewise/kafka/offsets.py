@@ -6,10 +6,11 @@ the end of what may be read without cutting through an undecided transaction.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from datetime import datetime
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from slicewise.config import Settings
@@ -31,6 +32,7 @@ class TopicOffsets:
         self.topic = settings.topic
         self.timeout = timeout
         self._bootstrap = settings.bootstrap_servers
+        self._props = dict(settings.kafka_props)
         self._admin = AdminClient(client_conf(settings))
 
     def partitions(self) -> list[int]:
@@ -73,8 +75,59 @@ class TopicOffsets:
         found = self._list(OffsetSpec.for_timestamp(int(at.timestamp() * 1000)), partitions)
         return {p: (o if o >= 0 else None) for p, o in found.items()}
 
+    def first_committed_at_or_after(self, at: datetime, start: Mapping[int, int],
+                                    stop: Mapping[int, int]) -> dict[int, int | None]:
+        """Scan forward from `start` for the first committed record with timestamp >= `at`.
+
+        Kafka's by-time lookup also matches transaction markers, which carry the
+        broker's clock, not the producer's: a marker written now in front of
+        back-dated records would end a slice early. Reading the records from the
+        lookup's answer skips markers (and aborted records) so the boundary lands
+        on a real record. None when no record before `stop` qualifies.
+        """
+        target = int(at.timestamp() * 1000)
+        todo = {p: o for p, o in start.items() if o < stop[p]}
+        found: dict[int, int | None] = {p: None for p in start}
+        if not todo:
+            return found
+        consumer = Consumer({
+            "bootstrap.servers": self._bootstrap, **self._props,
+            "group.id": "slicewise-boundary-scan", "enable.auto.commit": False,
+            "isolation.level": "read_committed", "enable.partition.eof": True,
+        })
+        try:
+            consumer.assign([TopicPartition(self.topic, p, o) for p, o in todo.items()])
+            deadline = time.monotonic() + self.timeout
+            while todo:
+                if time.monotonic() > deadline:
+                    raise KafkaUnavailable(f"scanning {self.topic} partitions {sorted(todo)} for "
+                                           f"{at.isoformat()} took over {self.timeout}s")
+                for msg in consumer.consume(500, timeout=1.0):
+                    p = msg.partition()
+                    if p not in todo:
+                        continue
+                    if msg.error() is not None:  # partition EOF: nothing (more) to read
+                        todo.pop(p)
+                    elif msg.offset() >= stop[p]:
+                        todo.pop(p)
+                    elif msg.timestamp()[1] >= target:
+                        found[p] = msg.offset()
+                        todo.pop(p)
+                    if p not in todo:
+                        consumer.incremental_unassign([TopicPartition(self.topic, p)])
+        finally:
+            consumer.close()
+        return found
+
     def snapshot(self, at: datetime) -> tuple[dict[int, int | None], Mapping[int, int]]:
-        """By-time offsets and LSOs, the LSOs taken after so the cap is never stale."""
+        """Boundary inputs: the first committed record at/after `at`, and the LSOs.
+
+        The LSOs are taken first and bound the scan, so nothing past an open
+        transaction is ever looked at.
+        """
         partitions = self.partitions()
+        lso = self.last_stable(partitions)
         by_time = self.for_time(at, partitions)
-        return by_time, self.last_stable(partitions)
+        hits = {p: o for p, o in by_time.items() if o is not None and o < lso[p]}
+        scanned = self.first_committed_at_or_after(at, hits, lso)
+        return {p: scanned.get(p) for p in partitions}, lso

@@ -1,0 +1,46 @@
+# Every target bootstraps what it needs (virtualenv, jars) idempotently.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+VENV := .venv/bin
+export PATH := $(CURDIR)/.venv/bin:$(PATH)
+
+.PHONY: help bootstrap demo test test-unit lint fmt broker-start broker-stop status airflow-ui lock clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
+
+bootstrap: ## create .venv from the lock file and fetch the jars (idempotent)
+	@bash scripts/bootstrap.sh
+
+demo: bootstrap ## run the main job end to end on the embedded default (local broker, Spark local[*], Airflow/SQLite)
+	@$(VENV)/python -m slicewise.demo
+
+test: bootstrap ## run lint and every test (starts the real broker, Spark, Delta, Airflow itself)
+	@$(VENV)/ruff check .
+	@$(VENV)/python -m pytest
+
+test-unit: bootstrap ## only the fast unit tests (no broker)
+	@$(VENV)/python -m pytest tests/unit
+
+lint: bootstrap ## ruff lint (with Airflow AIR3 rules) and format check
+	@$(VENV)/ruff check .
+	@$(VENV)/ruff format --check .
+
+fmt: bootstrap ## format the code
+	@$(VENV)/ruff format .
+	@$(VENV)/ruff check --fix .
+
+broker-start: bootstrap ## start the local Kafka broker (state in .state/kafka)
+	@$(VENV)/python -m slicewise.kafka.broker start
+
+broker-stop: ## stop the local Kafka broker
+	@$(VENV)/python -m slicewise.kafka.broker stop
+
+status: bootstrap ## slices, offsets, steps and counts from the ledger
+	@$(VENV)/slicewise status
+
+lock: ## re-resolve constraints.txt from requirements*.txt (needs the package registry)
+	@$(VENV)/uv pip compile requirements-dev.txt --python 3.11 -o constraints.txt
+
+clean: broker-stop ## delete local state (.state: broker data, lakehouse, Airflow DB); keeps caches
+	rm -rf .state

@@ -1,0 +1,87 @@
+"""The quality gate: prove the slice's effect on silver before anything is published.
+
+Two suites, versioned here in code:
+  * silver_slice: the silver rows within the slice's dedup horizon (the only rows
+    its MERGE could touch; partition-pruned, never all of silver) have unique,
+    non-null event_ids, the expected columns and sane values;
+  * slice_reconciliation: bronze rows = quarantined + duplicates + silver rows,
+    and no valid event_id of the slice is missing from silver.
+A failure raises `GateFailed` naming the offending ids and counts, after writing
+Data Docs to `<state>/data_docs` and the outcome to the ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+
+import great_expectations.expectations as gxe
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from slicewise.config import Settings
+from slicewise.gate_engine import GateFailed, GateReport, validate
+from slicewise.ledger import Ledger
+from slicewise.reconcile import silver_window, slice_counts
+from slicewise.silver import horizon_window
+from slicewise.tables import BRONZE, SILVER, read_table
+from slicewise.transforms import parse_events, valid_events
+
+log = logging.getLogger(__name__)
+
+SUITE_VERSION = "1"
+
+
+def silver_slice_suite() -> list[gxe.Expectation]:
+    return [
+        gxe.ExpectTableColumnsToMatchSet(column_set=[f.name for f in SILVER.fields], exact_match=True),
+        gxe.ExpectColumnValuesToNotBeNull(column="event_id"),
+        gxe.ExpectColumnValuesToBeUnique(column="event_id"),
+        gxe.ExpectColumnValuesToNotBeNull(column="event_type"),
+        gxe.ExpectColumnValuesToNotBeNull(column="occurred_at"),
+        gxe.ExpectColumnValuesToNotBeNull(column="event_date"),
+        gxe.ExpectColumnValuesToBeBetween(column="kafka_offset", min_value=0),
+        gxe.ExpectColumnValuesToBeBetween(column="kafka_partition", min_value=0),
+    ]
+
+
+def reconciliation_suite() -> list[gxe.Expectation]:
+    return [
+        gxe.ExpectColumnPairValuesToBeEqual(column_A="read", column_B="accounted"),
+        gxe.ExpectColumnValuesToBeBetween(column="missing", min_value=0, max_value=0),
+    ]
+
+
+def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
+    """Validate one slice; record the outcome; raise `GateFailed` if it failed."""
+    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger.load_slice(slice_id)
+    bronze = read_table(spark, settings.table("bronze"), BRONZE).where(F.col("slice_id") == slice_id)
+    dates = horizon_window(valid_events(parse_events(bronze, settings.max_value_bytes)),
+                           settings.dedup_horizon_days)
+    window = silver_window(spark, settings, dates)
+    counts = slice_counts(spark, settings, slice_id)
+    counts_df = spark.createDataFrame(
+        [(counts.read, counts.accounted, counts.missing)], "read long, accounted long, missing long"
+    )
+    docs = settings.data_docs_dir
+    reports: list[GateReport] = [
+        validate(window, f"silver_slice_v{SUITE_VERSION}", silver_slice_suite(), docs, slice_id),
+        validate(counts_df, f"slice_reconciliation_v{SUITE_VERSION}", reconciliation_suite(), docs, slice_id),
+    ]
+    success = all(r.success for r in reports)
+    summary = "\n".join(r.summary() for r in reports)
+    outcome = {
+        "success": success,
+        "suite_version": SUITE_VERSION,
+        "counts": asdict(counts),
+        "summary": summary,
+        "data_docs": [str(r.docs_index) for r in reports],
+    }
+    ledger.record_step(slice_id, "gate", outcome)
+    if not success:
+        failed = next(r for r in reports if not r.success)
+        raise GateFailed(f"gate FAILED for slice {slice_id} ({counts.describe()}):\n{summary}\n"
+                         "Nothing was published. See docs/RUNBOOK.md#gate-failed.", failed)
+    log.info("gate passed for %s: %s", slice_id, counts.describe())
+    return outcome

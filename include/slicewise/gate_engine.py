@@ -1,0 +1,211 @@
+"""Run a Great Expectations (1.x) suite on a Spark DataFrame and fail an Airflow task readably.
+
+Each call builds a fresh *ephemeral* GX context: nothing lands in the repo (no `gx/`) and
+repeated calls never collide on names. Only the Data Docs site and the JSON it is rendered
+from (`docs_dir/_gx_store/`) go to disk, because GX's site builder deletes every page whose
+source result it cannot find: an in-memory store would wipe earlier runs' pages.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")  # before GX is imported: no telemetry
+
+import great_expectations as gx  # noqa: E402
+from great_expectations.checkpoint import UpdateDataDocsAction  # noqa: E402
+from great_expectations.core.expectation_validation_result import ExpectationValidationResult  # noqa: E402
+from great_expectations.data_context.types.base import (  # noqa: E402
+    DataContextConfig,
+    InMemoryStoreBackendDefaults,
+    ProgressBarsConfig,
+)
+from great_expectations.expectations import Expectation  # noqa: E402
+from pyspark.sql import DataFrame  # noqa: E402
+
+if logging.getLogger("great_expectations").level == logging.NOTSET:  # keep an explicit app choice
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+
+SITE_NAME = "local_site"
+SAMPLE_SIZE = 20  # offending values kept per failed expectation
+_LOCK = threading.Lock()  # gx.get_context() swaps a process-wide "current context"
+
+
+@dataclass(frozen=True)
+class GateFailure:
+    """One failed expectation, reduced to what a person needs to start debugging."""
+
+    expectation_type: str
+    column: str | None
+    unexpected_count: int | None
+    sample: list[Any]
+    observed: Any = None
+    error: str | None = None  # set when the expectation itself raised (e.g. missing column)
+
+    def describe(self) -> str:
+        """One line for the task log, e.g. `expect_x(col): 3 unexpected, e.g. ['a']`."""
+        head = f"{self.expectation_type}({self.column})" if self.column else self.expectation_type
+        if self.error:
+            return f"{head}: raised {self.error}"
+        parts = [] if self.unexpected_count is None else [f"{self.unexpected_count} unexpected"]
+        if self.sample:  # distinct values only: a duplicated key shows up once per row
+            parts.append(f"e.g. {list({repr(v): v for v in self.sample}.values())[:5]!r}")
+        if self.observed is not None:
+            parts.append(f"observed {self.observed!r}")
+        return f"{head}: " + (", ".join(parts) or "failed")
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """Outcome of one validation; `summary()` is what ends up in the Airflow log."""
+
+    success: bool
+    suite_name: str
+    run_name: str
+    evaluated: int
+    failures: list[GateFailure]
+    docs_index: Path
+
+    def summary(self) -> str:
+        """Multi-line text on failure, one line on success."""
+        where, docs = f"{self.suite_name}/{self.run_name}", f"Data Docs: {self.docs_index.as_uri()}"
+        if self.success:
+            return f"gate passed for {where}: all {self.evaluated} expectations met ({docs})"
+        head = f"gate FAILED for {where}: {len(self.failures)} of {self.evaluated} expectations failed"
+        return "\n".join([head, *(f" - {f.describe()}" for f in self.failures), docs])
+
+
+class GateFailed(RuntimeError):
+    """Raised by `enforce`; Airflow marks the task failed and logs the summary."""
+
+    def __init__(self, message: str, report: GateReport | None = None) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def enforce(report: GateReport) -> None:
+    """Turn a failed report into an exception, so a gate task cannot silently pass."""
+    if not report.success:
+        raise GateFailed(report.summary(), report)
+
+
+def validate(
+    df: DataFrame,
+    suite_name: str,
+    expectations: list[Expectation],
+    docs_dir: Path,
+    run_name: str,
+) -> GateReport:
+    """Validate `df` against `expectations`, render Data Docs into `docs_dir`, report back.
+
+    Expectations are copied because GX stamps an id on one when it joins a suite and then
+    refuses to add it to another. GX persists the DataFrame while validating (many metric
+    passes); we unpersist afterwards unless the caller had cached it already.
+    """
+    docs_dir = Path(docs_dir).resolve()
+    was_cached = df.is_cached
+    try:
+        with _LOCK:
+            context = gx.get_context(mode="ephemeral", project_config=_context_config(docs_dir))
+            batch = (
+                context.data_sources.add_spark(name="slicewise")
+                .add_dataframe_asset(name="dataframe")
+                .add_batch_definition_whole_dataframe(name="whole_dataframe")
+            )
+            copies = [e.copy(update={"id": None}, deep=True) for e in expectations]
+            suite = context.suites.add_or_update(
+                gx.ExpectationSuite(name=_key_safe(suite_name), expectations=copies)
+            )
+            definition = context.validation_definitions.add(
+                gx.ValidationDefinition(name=suite.name, data=batch, suite=suite)
+            )
+            checkpoint = context.checkpoints.add(
+                gx.Checkpoint(
+                    name=suite.name,
+                    validation_definitions=[definition],
+                    actions=[UpdateDataDocsAction(name="update_data_docs", site_names=[SITE_NAME])],
+                    result_format={"result_format": "SUMMARY", "partial_unexpected_count": SAMPLE_SIZE},
+                )
+            )
+            run_id = gx.RunIdentifier(run_name=_key_safe(run_name), run_time=dt.datetime.now(dt.UTC))
+            outcome = checkpoint.run(batch_parameters={"dataframe": df}, run_id=run_id)
+            ((key, result),) = outcome.run_results.items()
+            urls = context.get_docs_sites_urls(resource_identifier=key, site_name=SITE_NAME)
+    finally:
+        if not was_cached and df.is_cached:
+            df.unpersist()
+
+    url = urls[0].get("site_url") if urls else None
+    page = Path(unquote(urlparse(url).path)) if url and url.startswith("file://") else None
+    return GateReport(
+        success=bool(result.success),
+        suite_name=suite_name,
+        run_name=run_name,
+        evaluated=len(result.results),
+        failures=[_to_failure(r) for r in result.results if not r.success],
+        docs_index=page if page is not None and page.exists() else docs_dir / "index.html",
+    )
+
+
+def _context_config(docs_dir: Path) -> DataContextConfig:
+    """In-memory context, except suites and results, kept next to the docs they feed."""
+    defaults = InMemoryStoreBackendDefaults()
+    stores = dict(defaults.stores)
+    for name, kind, folder in (
+        (defaults.expectations_store_name, "ExpectationsStore", "expectations"),
+        (defaults.validation_results_store_name, "ValidationResultsStore", "validations"),
+    ):
+        backend = {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_dir / "_gx_store" / folder)}
+        stores[name] = {"class_name": kind, "store_backend": backend}
+    site = {
+        "class_name": "SiteBuilder",
+        "show_how_to_buttons": False,  # no "getting started" call-to-action links
+        "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_dir)},
+        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+    }
+    return DataContextConfig(
+        store_backend_defaults=defaults,
+        stores=stores,
+        data_docs_sites={SITE_NAME: site},
+        analytics_enabled=False,
+        progress_bars=ProgressBarsConfig(globally=False),  # no tqdm bars in task logs
+    )
+
+
+def _to_failure(result: ExpectationValidationResult) -> GateFailure:
+    """Pull the offending values / observed value out of one expectation result."""
+    config = result.expectation_config
+    kwargs: dict[str, Any] = dict(config.kwargs) if config else {}
+    columns = [kwargs[k] for k in ("column", "column_A", "column_B") if kwargs.get(k)]
+    columns += list(kwargs.get("column_list") or [])
+    details: dict[str, Any] = result.result or {}
+    return GateFailure(
+        expectation_type=config.type if config else "unknown_expectation",
+        column=", ".join(map(str, columns)) or None,
+        unexpected_count=details.get("unexpected_count"),
+        sample=list(details.get("partial_unexpected_list") or [])[:SAMPLE_SIZE],
+        observed=details.get("observed_value"),
+        error=_exception_message(result.exception_info),
+    )
+
+
+def _exception_message(info: Any) -> str | None:
+    """exception_info is either flat or keyed by the metric that raised; find the message."""
+    if not isinstance(info, dict):
+        return None
+    for entry in [info] if "raised_exception" in info else list(info.values()):
+        if isinstance(entry, dict) and entry.get("raised_exception"):
+            return str(entry.get("exception_message") or "exception")
+    return None
+
+
+def _key_safe(name: str) -> str:
+    """GX file stores reject path separators inside key parts."""
+    return name.replace("/", "_").replace("\\", "_")

@@ -1,0 +1,77 @@
+"""Shared fixtures. Integration tests run against a real Kafka broker: ours, started
+once per session on free loopback ports, or an external one named by
+SLICEWISE_KAFKA_BOOTSTRAP (with SLICEWISE_KAFKA_PROP_* for its security settings)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import SparkSession
+
+from slicewise.config import load_settings
+from slicewise.kafka.broker import LocalBroker, free_ports
+from slicewise.spark import get_spark, local_conf
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """bootstrap.servers of the broker the integration tests use."""
+    external = os.environ.get("SLICEWISE_KAFKA_BOOTSTRAP", "").strip()
+    if external:
+        yield external
+        return
+    # Free ports, not 19092: a demo broker left running must not clash with (or pass for) ours.
+    port, controller_port = free_ports(2)
+    broker = LocalBroker(tmp_path_factory.mktemp("state"), load_settings().cache_dir,
+                         port=port, controller_port=controller_port)
+    broker.start(timeout=120)  # the first run also downloads the jars
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def new_topic(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
+    """Factory: `new_topic(partitions=3, config={...})` creates a uniquely named topic
+    and returns its name once every partition has a leader; deleted after the test."""
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap, **load_settings().kafka_props})
+    created: list[str] = []
+
+    def create(partitions: int = 3, config: Mapping[str, str] | None = None) -> str:
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name)[:100]
+        name = f"{stem}-{uuid.uuid4().hex[:8]}"
+        # replication_factor=-1: the broker's default, so external clusters work too.
+        topic = NewTopic(name, num_partitions=partitions, replication_factor=-1, config=dict(config or {}))
+        admin.create_topics([topic])[name].result(timeout=30)
+        created.append(name)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            meta = admin.list_topics(name, timeout=10).topics[name]
+            if meta.error is None and len(meta.partitions) == partitions and all(
+                p.leader >= 0 for p in meta.partitions.values()
+            ):
+                return name
+            time.sleep(0.1)
+        raise TimeoutError(f"topic {name} has no leader for every partition after 30s")
+
+    yield create
+    if created:
+        for future in admin.delete_topics(created).values():
+            with contextlib.suppress(Exception):  # best effort: tidiness, not correctness
+                future.result(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One SparkSession for the whole run (Delta + Kafka connector, UI off, 2 shuffle partitions)."""
+    session = get_spark("slicewise-tests", master="local[2]", extra_conf=local_conf())
+    yield session
+    session.stop()

@@ -1,0 +1,207 @@
+"""The exactly-once core against a real broker, real Spark and real Delta tables."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from slicewise.bronze import run_bronze
+from slicewise.kafka.offsets import TopicOffsets
+from slicewise.kafka.producer import Record, TxProducer, event_value
+from slicewise.ledger import Ledger
+from slicewise.planner import IntervalNotClosed, plan_slice
+from slicewise.silver import run_silver
+from slicewise.slices import DataLossError
+
+pytestmark = pytest.mark.integration
+
+# Recent timestamps: Kafka's time-based retention (7 days by default) would
+# otherwise delete the test records as soon as the broker looks at them.
+T0 = (datetime.now(UTC) - timedelta(days=2)).replace(hour=0, minute=0, second=0, microsecond=0)
+HOUR = timedelta(hours=1)
+LATER = datetime.now(UTC) + timedelta(days=365)  # "now" for planning: every test interval has closed
+
+
+def at(hours: float) -> datetime:
+    return T0 + timedelta(hours=hours)
+
+
+def ev(event_id, hours: float, partition: int = 0, **kw) -> Record:
+    return Record(event_value(event_id, at(hours), **kw), partition, at(hours))
+
+
+def table(spark, settings, name):
+    return spark.read.format("delta").load(settings.table(name))
+
+
+def run_slice(spark, settings, start: float, end: float):
+    sl = plan_slice(settings, at(start), at(end), now=LATER)
+    run_bronze(spark, settings, sl.slice_id)
+    return sl, run_silver(spark, settings, sl.slice_id)
+
+
+def test_interval_not_closed_is_refused(pipeline):
+    settings, _ = pipeline
+    with pytest.raises(IntervalNotClosed, match="closes at"):
+        plan_slice(settings, at(0), at(1), now=at(1))
+
+
+def test_contiguous_slices_with_out_of_order_timestamps_and_idle_partitions(spark, pipeline):
+    settings, producer = pipeline
+    # Partition 0 gets timestamps out of order, partition 1 only late in the day, partition 2 none.
+    hours_p0 = [0.5, 2.5, 0.2, 4.9, 3.1, 1.0, 5.5, 0.1, 2.0]
+    producer.send([ev(f"p0-{i}", h, 0) for i, h in enumerate(hours_p0)])
+    producer.send([ev(f"p1-{i}", 4 + i / 10, 1) for i in range(4)])
+    order = [3, 0, 5, 1, 4, 2]  # intervals planned out of order, like a backfill
+    slices = {i: plan_slice(settings, at(i), at(i + 1), now=LATER) for i in order}
+    ledger = Ledger(settings.ledger_dir, settings.topic)
+    first, last = ledger.boundary(at(0)), ledger.boundary(at(6))
+    for p in (0, 1, 2):
+        owned = [o for i in range(6) for o in range(*slices[i].ranges.get(p, (0, 0)))]
+        assert owned == list(range(first.offset(p), last.offset(p))), f"partition {p} not contiguous"
+    # Re-planning returns the frozen slices unchanged.
+    assert all(plan_slice(settings, at(i), at(i + 1), now=LATER) == slices[i] for i in range(6))
+    for i in order:
+        run_bronze(spark, settings, slices[i].slice_id)
+    bronze = table(spark, settings, "bronze")
+    assert bronze.count() == bronze.select("partition", "offset").distinct().count()
+
+
+def test_retention_gap_fails_with_data_loss_report_and_override_works(spark, pipeline, kafka_bootstrap):
+    settings, producer = pipeline
+    producer.send([ev(f"r-{i}", 0.1 + i / 100, 0) for i in range(10)])
+    sl = plan_slice(settings, at(0), at(1), now=LATER)
+    frm, until = sl.ranges[0]
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.delete_records([TopicPartition(settings.topic, 0, frm + 4)])[
+        TopicPartition(settings.topic, 0, frm + 4)].result(30)
+    assert TopicOffsets(settings).earliest([0])[0] == frm + 4
+
+    with pytest.raises(DataLossError) as lost:
+        run_bronze(spark, settings, sl.slice_id)
+    assert f"partition 0: offsets [{frm}, {frm + 4}) are gone (4 offsets)" in str(lost.value)
+    assert not table_exists(spark, settings, "bronze")
+
+    run_bronze(spark, settings, sl.slice_id, accept_data_loss=True)
+    assert table(spark, settings, "bronze").count() == 6
+    ack = Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "data_loss_ack")
+    assert ack["losses"] == [{"partition": 0, "missing_from": frm, "missing_until": frm + 4}]
+
+
+def table_exists(spark, settings, name):
+    from delta.tables import DeltaTable
+
+    return DeltaTable.isDeltaTable(spark, settings.table(name))
+
+
+def snapshot(spark, settings):
+    return {name: sorted(map(tuple, table(spark, settings, name).collect()), key=repr)
+            for name in ("bronze", "silver", "quarantine")}
+
+
+def test_rerun_of_bronze_and_silver_leaves_tables_unchanged(spark, pipeline):
+    settings, producer = pipeline
+    producer.send([ev("a", 0.1, 0), ev("b", 0.2, 1), ev("a", 0.3, 2), Record(b"{oops", 0, at(0.4))])
+    sl, counts = run_slice(spark, settings, 0, 1)
+    before = snapshot(spark, settings)
+    again = run_bronze(spark, settings, sl.slice_id)
+    assert again.committed is False
+    assert run_silver(spark, settings, sl.slice_id) == counts
+    assert snapshot(spark, settings) == before
+
+
+def test_duplicates_aborted_and_open_transactions(spark, pipeline, kafka_bootstrap):
+    settings, producer = pipeline
+    producer.send([ev("x1", 0.1, 0), ev("x2", 0.2, 0), ev("x1", 0.3, 0)])  # dup within a partition
+    producer.send([ev("x2", 0.4, 1), ev("x3", 0.5, 2)])  # dup across partitions
+    producer.send([ev("aborted-1", 0.6, 0), ev("aborted-2", 0.7, 1)], commit=False)
+    producer.send([ev("x3", 1.5, 1), ev("x4", 1.6, 0)])  # dup across slices, hours later
+    hung = TxProducer({"bootstrap.servers": kafka_bootstrap}, settings.topic, f"hung-{settings.topic}")
+    hung.begin([ev("open-1", 1.7, 0), ev("open-2", 1.8, 2)])
+    producer.send([ev("after-open", 1.9, 0)])  # committed, but behind the open transaction
+
+    run_slice(spark, settings, 0, 1)
+    sl2, _ = run_slice(spark, settings, 1, 2)
+    ids = sorted(r.event_id for r in table(spark, settings, "silver").collect())
+    assert ids == ["x1", "x2", "x3", "x4"]  # 'after-open' waits behind the open transaction
+    lso = TopicOffsets(settings).last_stable([0])[0]
+    assert sl2.ranges[0][1] <= lso
+
+    hung.commit()
+    run_slice(spark, settings, 2, 3)
+    silver = table(spark, settings, "silver")
+    assert sorted(r.event_id for r in silver.collect()) == ["after-open", "open-1", "open-2", "x1", "x2", "x3", "x4"]
+    # Survivors are the lowest Kafka position of each id.
+    survivors = {r.event_id: (r.kafka_partition, r.kafka_offset) for r in silver.collect()}
+    bronze = table(spark, settings, "bronze").collect()
+    for event_id, position in survivors.items():
+        copies = [(b.partition, b.offset) for b in bronze if json.loads(b.value)["event_id"] == event_id]
+        assert position == min(copies)
+
+
+def test_reverse_order_gives_the_same_silver(spark, pipeline, pipeline_factory):
+    settings, producer = pipeline
+    for h in range(4):
+        producer.send([ev(f"id-{(h * 5 + i) % 7}", h + i / 10, i % 3) for i in range(6)])
+    for h in range(4):
+        run_slice(spark, settings, h, h + 1)
+    reverse, _ = pipeline_factory(topic=settings.topic)
+    for h in reversed(range(4)):
+        run_slice(spark, reverse, h, h + 1)
+    assertDataFrameEqual(table(spark, reverse, "silver"), table(spark, settings, "silver"))
+
+
+def test_every_malformed_kind_is_quarantined_and_counts_reconcile(spark, pipeline):
+    settings, producer = pipeline
+    bad = [None, b"{not json", b"[1]", json.dumps({"event_type": "a"}).encode(),
+           event_value("  ", at(0.1)), event_value(7, at(0.1)),
+           event_value("q1", at(0.1)).replace(b"Z", b""), b"\xff\xfe"]
+    producer.send([Record(v, i % 3, at(0.2)) for i, v in enumerate(bad)]
+                  + [ev("good-1", 0.3, 0), ev("good-1", 0.3, 1), ev("good-2", 0.4, 2)])
+    sl, counts = run_slice(spark, settings, 0, 1)
+    reasons = sorted(r.reason for r in table(spark, settings, "quarantine").collect())
+    assert reasons == sorted(["null_value", "invalid_json", "not_an_object", "missing_event_id",
+                              "blank_event_id", "non_string_event_id", "invalid_occurred_at", "invalid_utf8"])
+    assert (counts.read, counts.quarantined, counts.duplicates_in_slice, counts.inserted, counts.missing) == (
+        11, 8, 1, 2, 0)
+    assert counts.reconciles
+    q = table(spark, settings, "quarantine").where(F.col("reason") == "invalid_json").first()
+    assert (q.topic, q.value, q.slice_id) == (settings.topic, b"{not json", sl.slice_id)
+
+
+def test_concurrent_attempts_of_one_slice_commit_once(spark, pipeline):
+    """A zombie attempt and its retry race; the tables end as if one ran."""
+    settings, producer = pipeline
+    producer.send([ev(f"z-{i}", 0.1 + i / 1000, i % 3) for i in range(300)])
+    sl = plan_slice(settings, at(0), at(1), now=LATER)
+
+    def race(step):
+        errors: list[BaseException] = []
+
+        def attempt():
+            try:
+                step(spark.newSession(), settings, sl.slice_id)
+            except Exception as exc:  # the loser may be fenced off by Delta
+                errors.append(exc)
+
+        threads = [threading.Thread(target=attempt) for _ in range(2)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        assert len(errors) <= 1, errors
+        for e in errors:
+            assert "Concurrent" in type(e).__name__ or "Concurrent" in str(e), e
+        if errors:  # the fenced attempt's retry finds the slice done
+            step(spark, settings, sl.slice_id)
+
+    race(run_bronze)
+    race(run_silver)
+    bronze, silver = table(spark, settings, "bronze"), table(spark, settings, "silver")
+    assert bronze.count() == 300 == bronze.select("partition", "offset").distinct().count()
+    assert silver.count() == 300 == silver.select("event_id").distinct().count()

@@ -1,0 +1,148 @@
+"""The GX gate wrapper against a real local SparkSession (no broker, no Delta needed)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import great_expectations.expectations as gxe
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from slicewise.gate_engine import GateFailed, GateFailure, GateReport, enforce, validate
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    """Reuse a session another module left active; otherwise own (and stop) a small one,
+    so a later module's getOrCreate() does not silently inherit our Delta-less session."""
+    active = SparkSession.getActiveSession()
+    session = active or (
+        SparkSession.builder.master("local[1]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    yield session
+    if active is None:
+        session.stop()
+
+
+@pytest.fixture(scope="module")
+def docs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One Data Docs site shared by every test here, as a DAG's gates would share one."""
+    return tmp_path_factory.mktemp("gate_docs") / "site"
+
+
+@pytest.fixture(autouse=True)
+def no_gx_folder_and_no_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Run from an empty CWD and refuse non-loopback connections: GX must neither scaffold
+    a `gx/` project nor phone home."""
+    monkeypatch.chdir(tmp_path)
+    real_connect = socket.socket.connect
+
+    def loopback_only(self: socket.socket, address: Any) -> Any:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            host = address[0]
+            if host not in ("localhost", "::1") and not str(host).startswith("127."):
+                raise AssertionError(f"unexpected network connection to {address!r}")
+        return real_connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", loopback_only)
+    yield
+    assert not (tmp_path / "gx").exists()
+
+
+def events(spark: SparkSession, ids: list[str | None]) -> DataFrame:
+    return spark.createDataFrame([(i, n) for n, i in enumerate(ids)], "event_id string, n long")
+
+
+def event_expectations() -> list[gxe.Expectation]:
+    return [
+        gxe.ExpectColumnToExist(column="event_id"),
+        gxe.ExpectColumnValuesToNotBeNull(column="event_id"),
+        gxe.ExpectColumnValuesToBeUnique(column="event_id"),
+        gxe.ExpectColumnValuesToMatchRegex(column="event_id", regex=r"^e-"),
+        gxe.ExpectColumnValuesToBeBetween(column="n", min_value=0),
+        gxe.ExpectTableRowCountToBeBetween(min_value=1),
+    ]
+
+
+def failure(report: GateReport, expectation_type: str) -> GateFailure:
+    (match,) = [f for f in report.failures if f.expectation_type == expectation_type]
+    return match
+
+
+def test_unique_ids_pass(spark: SparkSession, docs_dir: Path) -> None:
+    report = validate(events(spark, [f"e-{i}" for i in range(1000)]), "events", event_expectations(), docs_dir, "ok")
+    assert report.success, report.summary()
+    assert report.failures == []
+    assert report.evaluated == 6
+    assert (docs_dir / "index.html").exists()
+    assert report.docs_index.exists() and report.docs_index.suffix == ".html"
+    assert report.summary().count("\n") == 0 and "passed" in report.summary()
+    enforce(report)  # no exception
+
+
+def test_duplicate_id_fails_with_offending_value(spark: SparkSession, docs_dir: Path) -> None:
+    ids = [f"e-{i}" for i in range(100)] + ["e-dup", "e-dup"]
+    report = validate(events(spark, ids), "events", event_expectations(), docs_dir, "dup")
+    assert not report.success
+    assert [f.expectation_type for f in report.failures] == ["expect_column_values_to_be_unique"]
+    unique = failure(report, "expect_column_values_to_be_unique")
+    assert unique.column == "event_id"
+    assert unique.unexpected_count == 2
+    assert "e-dup" in unique.sample
+    assert report.docs_index.is_relative_to(docs_dir.resolve()) and report.docs_index.exists()
+    with pytest.raises(GateFailed, match="e-dup") as raised:
+        enforce(report)
+    assert raised.value.report is report
+    assert str(raised.value).startswith("gate FAILED for events/dup: 1 of 6 expectations failed")
+    assert "Data Docs: file://" in str(raised.value)
+
+
+def test_table_level_counts(spark: SparkSession, docs_dir: Path) -> None:
+    checks = [
+        gxe.ExpectColumnPairValuesToBeEqual(column_A="read", column_B="accounted"),
+        gxe.ExpectTableRowCountToEqual(value=1),
+    ]
+    counts = "read long, accounted long"
+
+    short = validate(spark.createDataFrame([(10, 9)], counts), "counts", checks, docs_dir, "short")
+    assert not short.success
+    pair = failure(short, "expect_column_pair_values_to_be_equal")
+    assert pair.column == "read, accounted" and pair.unexpected_count == 1
+    assert pair.sample == [(10, 9)]
+
+    even = validate(spark.createDataFrame([(10, 10)], counts), "counts", checks, docs_dir, "even")
+    assert even.success, even.summary()
+
+    two_rows = validate(spark.createDataFrame([(1, 1), (2, 2)], counts), "counts", checks, docs_dir, "rows")
+    rows = failure(two_rows, "expect_table_row_count_to_equal")
+    assert rows.observed == 2 and rows.unexpected_count is None
+    assert "observed 2" in two_rows.summary()
+
+
+def test_repeated_validations_keep_every_run(spark: SparkSession, docs_dir: Path) -> None:
+    shared = event_expectations()  # the same Expectation objects, reused on purpose
+    first = validate(events(spark, ["e-1", "e-2"]), "repeat_a", shared, docs_dir, "scheduled__2026-11-01T00:00:00+00:00")
+    second = validate(events(spark, ["e-3", None]), "repeat_b", shared, docs_dir, "manual/2")
+    assert first.success and not second.success
+    assert failure(second, "expect_column_values_to_not_be_null").unexpected_count == 1
+    assert first.docs_index != second.docs_index
+    assert first.docs_index.exists() and second.docs_index.exists()
+    index = (docs_dir / "index.html").read_text()
+    for suite in ("repeat_a", "repeat_b", "events", "counts"):  # earlier tests' runs survive
+        assert f"validations/{suite}/" in index
+
+
+def test_missing_column_is_reported_not_raised(spark: SparkSession, docs_dir: Path) -> None:
+    report = validate(events(spark, ["e-1"]), "broken", [gxe.ExpectColumnValuesToNotBeNull(column="nope")], docs_dir, "r")
+    (broken,) = report.failures
+    assert broken.error and "nope" in broken.error
+    assert "nope" in report.summary()
