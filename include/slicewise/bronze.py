@@ -20,7 +20,7 @@ from slicewise.config import Settings
 from slicewise.kafka.offsets import TopicOffsets
 from slicewise.ledger import Ledger, slice_to_json
 from slicewise.slices import DataLossError, Slice, find_data_loss
-from slicewise.tables import BRONZE, conform, read_table, table_exists
+from slicewise.tables import BRONZE, conform, read_table, retry_on_conflict, table_exists
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,11 @@ def run_bronze(
     spark: SparkSession, settings: Settings, slice_id: str, accept_data_loss: bool = False
 ) -> BronzeResult:
     """Ingest one planned slice into bronze, exactly once."""
+    return retry_on_conflict(lambda: _bronze(spark, settings, slice_id, accept_data_loss),
+                             f"bronze of {slice_id}")
+
+
+def _bronze(spark: SparkSession, settings: Settings, slice_id: str, accept_data_loss: bool) -> BronzeResult:
     ledger = Ledger(settings.ledger_dir, settings.topic)
     sl = ledger.load_slice(slice_id)
     path = settings.table("bronze")

@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from slicewise.config import Settings
 from slicewise.ledger import Ledger
 from slicewise.reconcile import SliceCounts, slice_counts
-from slicewise.tables import BRONZE, SILVER, read_table
+from slicewise.tables import BRONZE, SILVER, read_table, retry_on_conflict
 from slicewise.transforms import EARLIER_SQL, dedup_within, parse_events, quarantined, valid_events
 
 log = logging.getLogger(__name__)
@@ -85,6 +85,10 @@ def merge_into_silver(
 
 def run_silver(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCounts:
     """Parse the slice's bronze rows, quarantine the bad ones, MERGE the rest."""
+    return retry_on_conflict(lambda: _silver(spark, settings, slice_id), f"silver of {slice_id}")
+
+
+def _silver(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCounts:
     ledger = Ledger(settings.ledger_dir, settings.topic)
     sl = ledger.load_slice(slice_id)
     bronze = read_table(spark, settings.table("bronze"), BRONZE).where(F.col("slice_id") == slice_id)

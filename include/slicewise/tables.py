@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     ArrayType,
@@ -14,6 +18,9 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
@@ -64,3 +71,27 @@ def read_table(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
 def conform(df: DataFrame, schema: StructType) -> DataFrame:
     """Select the schema's columns in order, cast to their types."""
     return df.select([df[f.name].cast(f.dataType).alias(f.name) for f in schema.fields])
+
+
+def retry_on_conflict(step: Callable[[], T], what: str, attempts: int = 3) -> T:
+    """Run a step that is idempotent per slice, again if a concurrent writer won.
+
+    Two attempts of one slice (a zombie driver and its retry) race on the same
+    Delta commit; Delta lets exactly one win. The loser re-runs the step, which
+    then finds the winner's commit (same idempotent-write id) and does nothing.
+    """
+    import delta.exceptions as dx
+
+    # Not all of these share a Python base class (ProtocolChangedException does not).
+    conflicts = (dx.DeltaConcurrentModificationException, dx.ConcurrentWriteException,
+                 dx.ConcurrentAppendException, dx.ConcurrentTransactionException,
+                 dx.MetadataChangedException, dx.ProtocolChangedException)
+    for attempt in range(1, attempts + 1):
+        try:
+            return step()
+        except conflicts as exc:
+            if attempt == attempts:
+                raise
+            log.warning("%s lost a commit race (%s); re-checking (attempt %d)", what,
+                        type(exc).__name__, attempt + 1)
+    raise AssertionError("unreachable")
