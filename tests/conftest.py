@@ -7,9 +7,22 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import tempfile
 import time
 import uuid
+from pathlib import Path
 from collections.abc import Callable, Iterator, Mapping
+
+# A throwaway Airflow home with its own SQLite DB, set before anything imports airflow.
+_AIRFLOW_HOME = tempfile.mkdtemp(prefix="slicewise-airflow-")
+os.environ.update({
+    "AIRFLOW_HOME": _AIRFLOW_HOME,
+    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    "AIRFLOW__CORE__DAGS_FOLDER": str(Path(__file__).resolve().parents[1] / "dags"),
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_AIRFLOW_HOME}/airflow.db",
+    "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+    "PYARROW_IGNORE_TIMEZONE": "1",
+})
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -75,3 +88,12 @@ def spark() -> Iterator[SparkSession]:
     session = get_spark("slicewise-tests", master="local[2]", extra_conf=local_conf())
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> str:
+    """A migrated SQLite metadata DB in the throwaway AIRFLOW_HOME."""
+    from airflow.utils import db
+
+    db.initdb()
+    return _AIRFLOW_HOME

@@ -64,7 +64,8 @@ def step_parser(step: str, parser: argparse.ArgumentParser | None = None) -> arg
     parser = parser or argparse.ArgumentParser(prog=f"spark_jobs/{step}.py")
     parser.add_argument("--slice-id", required=True, help="slice to process, e.g. 20261122T030000Z-20261122T040000Z")
     if step == "bronze":
-        parser.add_argument("--accept-data-loss", action="store_true",
+        parser.add_argument("--accept-data-loss", nargs="?", const="true", default="false",
+                            type=lambda v: v.lower() in ("true", "1", "yes"),
                             help="ingest what Kafka still retains when part of the slice was deleted (logged)")
     return parser
 

@@ -11,10 +11,12 @@ import hashlib
 import shutil
 import subprocess
 from pathlib import Path
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING
 
 from slicewise.config import REPO_ROOT, ConfigError, Settings, load_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 SPARK_POM = REPO_ROOT / "scripts" / "spark" / "pom.xml"
 
@@ -45,10 +47,18 @@ def spark_jars(settings: Settings | None = None) -> list[Path]:
     return sorted(target.glob("*.jar"))
 
 
+def jars_arg(settings: Settings | None = None) -> str:
+    return ",".join(str(jar) for jar in spark_jars(settings))
+
+
 def spark_conf(settings: Settings | None = None) -> dict[str, str]:
     """Spark settings every session of ours needs; also handed to `spark-submit`."""
+    return {"spark.jars": jars_arg(settings), **static_conf()}
+
+
+def static_conf() -> dict[str, str]:
+    """The settings that need no jar lookup (safe to build while a DAG is parsed)."""
     return {
-        "spark.jars": ",".join(str(jar) for jar in spark_jars(settings)),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
@@ -79,6 +89,8 @@ def get_spark(
     (see `spark_conf`), so `getOrCreate` returns that session and `master` is
     ignored; it only matters when no session exists yet (tests, the CLI).
     """
+    from pyspark.sql import SparkSession
+
     active = SparkSession.getActiveSession()
     if active is not None:
         return active

@@ -1,0 +1,28 @@
+"""Example consumer: runs whenever the pipeline announces a new silver slice."""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG, Asset, task
+
+SILVER = Asset(name="slicewise_silver", uri="slicewise://silver")
+
+with DAG(
+    dag_id="slicewise_downstream",
+    schedule=[SILVER],
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    doc_md="Example downstream DAG scheduled on the `slicewise_silver` Asset; "
+    "the event's extra carries the slice id and the silver Delta version.",
+    tags=["slicewise", "example"],
+    default_args={"owner": "data-platform", "retries": 2},
+) as dag:
+
+    @task
+    def report(triggering_asset_events=None) -> list[dict]:
+        extras = [dict(e.extra) for events in (triggering_asset_events or {}).values() for e in events]
+        for extra in extras:
+            print(f"silver slice {extra.get('slice_id')} at Delta version {extra.get('silver_version')}")
+        return extras
+
+    report()

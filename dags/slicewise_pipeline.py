@@ -1,0 +1,135 @@
+"""Kafka -> bronze -> silver -> gate -> publish, one frozen slice per data interval.
+
+This file only wires tasks: no I/O and no heavy imports at parse time.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import pendulum
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
+from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param, task
+
+from slicewise.spark import static_conf
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+JOBS = os.path.join(REPO, "spark_jobs")
+SILVER = Asset(name="slicewise_silver", uri="slicewise://silver")
+SLICE_ID = "{{ ti.xcom_pull(task_ids='plan') }}"
+
+
+def _spark_jars() -> str:
+    """Resolved when the task runs (a template macro), never while the DAG is parsed."""
+    from slicewise.spark import jars_arg
+
+    return jars_arg()
+
+
+def spark_step(step: str, application: str, extra_args: list[str] | None = None) -> SparkSubmitOperator:
+    # The master comes only from the spark_default connection: local[*], a standalone
+    # cluster, YARN or Kubernetes without touching this file.
+    return SparkSubmitOperator(
+        task_id=step,
+        conn_id="spark_default",
+        application=application,
+        application_args=["--slice-id", SLICE_ID, *(extra_args or [])],
+        conf={**static_conf(), "spark.jars": "{{ slicewise_spark_jars() }}"},
+        name=f"slicewise-{step}-{{{{ data_interval_start | ts_nodash }}}}",
+    )
+
+
+DOC = """
+### slicewise: exactly-once Kafka → Delta
+
+Each run owns one **slice**: for every partition, the offsets between the
+boundaries of its data interval. Boundaries are resolved once (capped at the
+last stable offset, so no open transaction is cut) and stored in the offset
+ledger; retries, cleared tasks and backfills read exactly the same offsets.
+
+1. `wait_for_interval_close` – deferrable; waits for interval end + grace.
+2. `plan` – freezes the slice in the ledger.
+3. `bronze` – Spark reads the slice (read_committed) into bronze, exactly once.
+4. `silver` – parse, quarantine bad records, dedup, MERGE on `event_id`.
+5. `gate` – Great Expectations; a failure stops the run before publication.
+6. `publish` – rebuild gold for the hours touched; `announce` emits the
+   `slicewise_silver` Asset event once per slice.
+
+Every task is safe to clear and re-run. Params: `accept_data_loss` (after a
+data-loss report, ingest what Kafka still retains; logged), and
+`reprocess_from_bronze` (re-parse the slice's bronze rows with today's rules,
+e.g. after a parser fix; replays its quarantine). See docs/RUNBOOK.md.
+"""
+
+with DAG(
+    dag_id="slicewise_pipeline",
+    schedule=CronDataIntervalTimetable(os.environ.get("SLICEWISE_SCHEDULE", "0 * * * *"), timezone="UTC"),
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=4,
+    doc_md=DOC,
+    tags=["slicewise", "kafka", "delta"],
+    user_defined_macros={"slicewise_spark_jars": _spark_jars},
+    default_args={
+        "owner": "data-platform",
+        "retries": 3,
+        "retry_delay": timedelta(seconds=30),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(minutes=10),
+    },
+    params={
+        "accept_data_loss": Param(
+            False, type="boolean", title="Accept data loss",
+            description="Only after a DATA LOSS report: ingest what Kafka still retains. Logged in the ledger.",
+        ),
+        "reprocess_from_bronze": Param(
+            False, type="boolean", title="Reprocess from bronze",
+            description="Re-parse this slice's bronze rows (e.g. after a parser fix) instead of the normal silver step.",
+        ),
+    },
+) as dag:
+    wait = DateTimeSensorAsync(
+        task_id="wait_for_interval_close",
+        target_time="{{ data_interval_end + macros.timedelta(seconds="
+        + os.environ.get("SLICEWISE_GRACE_SECONDS", "30") + ") }}",
+    )
+
+    @task
+    def plan(data_interval_start=None, data_interval_end=None) -> str:
+        from slicewise.config import load_settings
+        from slicewise.planner import plan_slice
+
+        sl = plan_slice(load_settings(), data_interval_start, data_interval_end)
+        print(sl.describe())
+        return sl.slice_id
+
+    @task(outlets=[SILVER])
+    def announce(slice_id: str, outlet_events=None) -> None:
+        """Emit the silver Asset event once per slice; a re-run is skipped."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from slicewise.config import load_settings
+        from slicewise.ledger import Ledger
+
+        settings = load_settings()
+        ledger = Ledger(settings.ledger_dir, settings.topic)
+        if ledger.step(slice_id, "announce"):
+            raise AirflowSkipException(f"slice {slice_id} was already announced; nothing changes downstream")
+        publication = ledger.step(slice_id, "publish") or {}
+        extra = {"slice_id": slice_id, "silver_version": publication.get("silver_version"),
+                 "gold_version": publication.get("gold_version"), "hours": publication.get("hours")}
+        outlet_events[SILVER].extra = extra
+        ledger.record_step(slice_id, "announce", extra)
+
+    planned = plan()
+    bronze = spark_step("bronze", os.path.join(JOBS, "bronze.py"),
+                        ["--accept-data-loss", "{{ params.accept_data_loss | lower }}"])
+    silver = spark_step(
+        "silver",
+        "{{ '" + JOBS + "/' + ('replay_quarantine.py' if params.reprocess_from_bronze else 'silver.py') }}",
+    )
+    gate = spark_step("gate", os.path.join(JOBS, "gate.py"))
+    publish = spark_step("publish", os.path.join(JOBS, "publish.py"))
+    wait >> planned >> bronze >> silver >> gate >> publish >> announce(planned)
