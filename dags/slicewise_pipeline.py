@@ -131,5 +131,8 @@ with DAG(
         "{{ '" + JOBS + "/' + ('replay_quarantine.py' if params.reprocess_from_bronze else 'silver.py') }}",
     )
     gate = spark_step("gate", os.path.join(JOBS, "gate.py"))
+    # A failed gate is a finding about the data, not a transient error: retrying
+    # cannot change it, and on-call clears the task once the cause is fixed.
+    gate.retries = 0
     publish = spark_step("publish", os.path.join(JOBS, "publish.py"))
     wait >> planned >> bronze >> silver >> gate >> publish >> announce(planned)

@@ -16,10 +16,15 @@ Offsets = Mapping[int, int]
 
 
 def utc(ts: datetime) -> datetime:
-    """Normalise to an aware UTC datetime; naive input is rejected, not guessed."""
+    """Normalise to a plain, aware UTC datetime; naive input is rejected, not guessed.
+
+    Subclasses (pendulum's, from Airflow) are converted to `datetime` itself:
+    pendulum drops the zone when a timedelta is added to a timezone.utc value.
+    """
     if ts.tzinfo is None:
         raise ValueError(f"{ts!r} has no time zone; slice times must be timezone-aware (UTC).")
-    return ts.astimezone(UTC)
+    t = ts.astimezone(UTC)
+    return datetime(t.year, t.month, t.day, t.hour, t.minute, t.second, t.microsecond, tzinfo=UTC)
 
 
 def stamp(ts: datetime) -> str:

@@ -66,3 +66,12 @@ def test_data_loss_report_names_partitions_and_ranges():
 def test_naive_datetime_is_rejected():
     with pytest.raises(ValueError, match="time zone"):
         slice_between(Boundary("e", datetime(2026, 1, 1), {}), Boundary("e", datetime(2026, 1, 2), {}))
+
+
+def test_pendulum_times_from_airflow_are_normalised():
+    import pendulum
+
+    from slicewise.slices import utc
+
+    got = utc(pendulum.datetime(2026, 11, 1, 3, tz="Europe/Paris")) + timedelta(seconds=30)
+    assert got == datetime(2026, 11, 1, 2, 0, 30, tzinfo=UTC) and got.tzinfo is UTC

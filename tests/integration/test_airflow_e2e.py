@@ -1,0 +1,88 @@
+"""The real DAG through Airflow (dag.test, SQLite metadata DB) against the real broker,
+spark-submit, Delta and Great Expectations."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pyspark.sql import functions as F
+
+from slicewise.airflow_env import airflow_env
+from slicewise.kafka.producer import Record, event_value
+from slicewise.ledger import Ledger
+
+pytestmark = pytest.mark.integration
+
+PASSED_ON = ("AIRFLOW_CONN_SPARK_DEFAULT", "PATH", "SLICEWISE_STATE_DIR", "SLICEWISE_LAKEHOUSE",
+             "SLICEWISE_TOPIC", "SLICEWISE_KAFKA_BOOTSTRAP", "SLICEWISE_CACHE_DIR")
+
+
+@pytest.fixture
+def dag_env(pipeline, airflow_db, monkeypatch):
+    settings, producer = pipeline
+    env = airflow_env(settings, spark_master="local[2]")
+    for key in PASSED_ON:
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.setenv("SLICEWISE_GRACE_SECONDS", "0")
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=env["AIRFLOW__CORE__DAGS_FOLDER"]).get_dag("slicewise_pipeline")
+    return settings, producer, dag
+
+
+def states(dag_run) -> dict[str, str]:
+    return {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
+
+
+def asset_events(slice_id: str) -> list[dict]:
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        extras = session.scalars(select(AssetEvent.extra)).all()
+    return [e for e in extras if e.get("slice_id") == slice_id]
+
+
+def silver_rows(spark, settings):
+    return sorted(map(tuple, spark.read.format("delta").load(settings.table("silver")).collect()))
+
+
+def test_dag_runs_end_to_end_reruns_change_nothing_and_a_failed_gate_blocks_publication(spark, dag_env):
+    settings, producer, dag = dag_env
+    start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    ts = start + timedelta(minutes=10)
+    producer.send([Record(event_value(f"e{i}", ts), i % 3, ts) for i in range(20)]
+                  + [Record(event_value("e1", ts), 2, ts), Record(b"not json", 0, ts)])
+    producer.send([Record(event_value("aborted", ts), 0, ts)], commit=False)
+
+    run = dag.test(logical_date=start + timedelta(hours=1))
+    assert (run.data_interval_start, run.data_interval_end) == (start, start + timedelta(hours=1))
+    assert set(states(run).values()) == {"success"}, states(run)
+    slice_id = run.get_task_instance("plan").xcom_pull(task_ids="plan")
+    ids = sorted(r[0] for r in silver_rows(spark, settings))
+    assert ids == sorted(f"e{i}" for i in range(20))
+    gate = Ledger(settings.ledger_dir, settings.topic).step(slice_id, "gate")
+    assert gate["success"] and gate["counts"]["read"] == 22 and gate["counts"]["quarantined"] == 1
+    [event] = asset_events(slice_id)
+    assert event["silver_version"] >= 1
+    before = silver_rows(spark, settings)
+
+    # A second run of the same interval (a cleared run, a backfill with reprocessing):
+    # same slice, no change to silver, no second Asset event.
+    again = dag.test(logical_date=start + timedelta(hours=1))
+    assert states(again)["announce"] == "skipped" and states(again)["gate"] == "success", states(again)
+    assert silver_rows(spark, settings) == before
+    assert len(asset_events(slice_id)) == 1
+
+    # Force a duplicate into silver: the gate must fail, naming it, and nothing is published.
+    dup = spark.read.format("delta").load(settings.table("silver")).where(F.col("event_id") == "e3")
+    dup.write.format("delta").mode("append").save(settings.table("silver"))
+    Ledger(settings.ledger_dir, settings.topic).record_step(slice_id, "announce", {})  # reset below
+    failed = dag.test(logical_date=start + timedelta(hours=1))
+    assert states(failed)["gate"] == "failed", states(failed)
+    assert states(failed)["publish"] == "upstream_failed" and states(failed)["announce"] == "upstream_failed"
+    gate = Ledger(settings.ledger_dir, settings.topic).step(slice_id, "gate")
+    assert gate["success"] is False and "e3" in gate["summary"]
+    assert len(asset_events(slice_id)) == 1
