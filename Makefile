@@ -39,6 +39,9 @@ broker-stop: ## stop the local Kafka broker
 status: bootstrap ## slices, offsets, steps and counts from the ledger
 	@$(VENV)/slicewise status
 
+airflow-ui: bootstrap ## the Airflow UI (airflow standalone, :8080) on the demo's state; needs `make broker-start` or `make demo` first
+	@$(VENV)/python -m slicewise.airflow_env standalone
+
 lock: ## re-resolve constraints.txt from requirements*.txt (needs the package registry)
 	@$(VENV)/uv pip compile requirements-dev.txt --python 3.11 -o constraints.txt
 

@@ -112,5 +112,7 @@ def _silver(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCoun
     ledger.record_step(slice_id, "silver", asdict(counts))
     log.info("silver %s: %s", sl.describe(), counts.describe())
     if not counts.reconciles:
-        raise RuntimeError(f"counts of slice {slice_id} do not reconcile: {counts.describe()}")
+        # The gate owns the verdict (with the offending ids and Data Docs); failing
+        # here would only hide that report behind a generic error.
+        log.warning("counts of slice %s do not reconcile: %s; the gate will fail", slice_id, counts.describe())
     return counts
