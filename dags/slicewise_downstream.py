@@ -20,9 +20,13 @@ with DAG(
 
     @task
     def report(triggering_asset_events=None) -> list[dict]:
-        extras = [dict(e.extra) for events in (triggering_asset_events or {}).values() for e in events]
+        extras = [
+            dict(e.extra) for events in (triggering_asset_events or {}).values() for e in events
+        ]
         for extra in extras:
-            print(f"silver slice {extra.get('slice_id')} at Delta version {extra.get('silver_version')}")
+            print(
+                f"silver slice {extra.get('slice_id')} at Delta version {extra.get('silver_version')}"
+            )
         return extras
 
     report()

@@ -28,7 +28,9 @@ def _spark_jars() -> str:
     return jars_arg()
 
 
-def spark_step(step: str, application: str, extra_args: list[str] | None = None) -> SparkSubmitOperator:
+def spark_step(
+    step: str, application: str, extra_args: list[str] | None = None
+) -> SparkSubmitOperator:
     # The master comes only from the spark_default connection: local[*], a standalone
     # cluster, YARN or Kubernetes without touching this file.
     return SparkSubmitOperator(
@@ -65,7 +67,9 @@ e.g. after a parser fix; replays its quarantine). See docs/RUNBOOK.md.
 
 with DAG(
     dag_id="slicewise_pipeline",
-    schedule=CronDataIntervalTimetable(os.environ.get("SLICEWISE_SCHEDULE", "0 * * * *"), timezone="UTC"),
+    schedule=CronDataIntervalTimetable(
+        os.environ.get("SLICEWISE_SCHEDULE", "0 * * * *"), timezone="UTC"
+    ),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=4,
@@ -81,11 +85,15 @@ with DAG(
     },
     params={
         "accept_data_loss": Param(
-            False, type="boolean", title="Accept data loss",
+            False,
+            type="boolean",
+            title="Accept data loss",
             description="Only after a DATA LOSS report: ingest what Kafka still retains. Logged in the ledger.",
         ),
         "reprocess_from_bronze": Param(
-            False, type="boolean", title="Reprocess from bronze",
+            False,
+            type="boolean",
+            title="Reprocess from bronze",
             description="Re-parse this slice's bronze rows (e.g. after a parser fix) instead of the normal silver step.",
         ),
     },
@@ -93,7 +101,8 @@ with DAG(
     wait = DateTimeSensorAsync(
         task_id="wait_for_interval_close",
         target_time="{{ data_interval_end + macros.timedelta(seconds="
-        + os.environ.get("SLICEWISE_GRACE_SECONDS", "30") + ") }}",
+        + os.environ.get("SLICEWISE_GRACE_SECONDS", "30")
+        + ") }}",
     )
 
     @task
@@ -116,19 +125,30 @@ with DAG(
         settings = load_settings()
         ledger = Ledger(settings.ledger_dir, settings.topic)
         if ledger.step(slice_id, "announce"):
-            raise AirflowSkipException(f"slice {slice_id} was already announced; nothing changes downstream")
+            raise AirflowSkipException(
+                f"slice {slice_id} was already announced; nothing changes downstream"
+            )
         publication = ledger.step(slice_id, "publish") or {}
-        extra = {"slice_id": slice_id, "silver_version": publication.get("silver_version"),
-                 "gold_version": publication.get("gold_version"), "hours": publication.get("hours")}
+        extra = {
+            "slice_id": slice_id,
+            "silver_version": publication.get("silver_version"),
+            "gold_version": publication.get("gold_version"),
+            "hours": publication.get("hours"),
+        }
         outlet_events[SILVER].extra = extra
         ledger.record_step(slice_id, "announce", extra)
 
     planned = plan()
-    bronze = spark_step("bronze", os.path.join(JOBS, "bronze.py"),
-                        ["--accept-data-loss", "{{ params.accept_data_loss | lower }}"])
+    bronze = spark_step(
+        "bronze",
+        os.path.join(JOBS, "bronze.py"),
+        ["--accept-data-loss", "{{ params.accept_data_loss | lower }}"],
+    )
     silver = spark_step(
         "silver",
-        "{{ '" + JOBS + "/' + ('replay_quarantine.py' if params.reprocess_from_bronze else 'silver.py') }}",
+        "{{ '"
+        + JOBS
+        + "/' + ('replay_quarantine.py' if params.reprocess_from_bronze else 'silver.py') }}",
     )
     gate = spark_step("gate", os.path.join(JOBS, "gate.py"))
     # A failed gate is a finding about the data, not a transient error: retrying

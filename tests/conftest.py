@@ -10,19 +10,21 @@ import re
 import tempfile
 import time
 import uuid
-from pathlib import Path
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 # A throwaway Airflow home with its own SQLite DB, set before anything imports airflow.
 _AIRFLOW_HOME = tempfile.mkdtemp(prefix="slicewise-airflow-")
-os.environ.update({
-    "AIRFLOW_HOME": _AIRFLOW_HOME,
-    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-    "AIRFLOW__CORE__DAGS_FOLDER": str(Path(__file__).resolve().parents[1] / "dags"),
-    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_AIRFLOW_HOME}/airflow.db",
-    "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-    "PYARROW_IGNORE_TIMEZONE": "1",
-})
+os.environ.update(
+    {
+        "AIRFLOW_HOME": _AIRFLOW_HOME,
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(Path(__file__).resolve().parents[1] / "dags"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_AIRFLOW_HOME}/airflow.db",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "PYARROW_IGNORE_TIMEZONE": "1",
+    }
+)
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -42,8 +44,12 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     # Free ports, not 19092: a demo broker left running must not clash with (or pass for) ours.
     port, controller_port = free_ports(2)
-    broker = LocalBroker(tmp_path_factory.mktemp("state"), load_settings().cache_dir,
-                         port=port, controller_port=controller_port)
+    broker = LocalBroker(
+        tmp_path_factory.mktemp("state"),
+        load_settings().cache_dir,
+        port=port,
+        controller_port=controller_port,
+    )
     broker.start(timeout=120)  # the first run also downloads the jars
     try:
         yield broker.bootstrap
@@ -62,14 +68,18 @@ def new_topic(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Iterator[
         stem = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name)[:100]
         name = f"{stem}-{uuid.uuid4().hex[:8]}"
         # replication_factor=-1: the broker's default, so external clusters work too.
-        topic = NewTopic(name, num_partitions=partitions, replication_factor=-1, config=dict(config or {}))
+        topic = NewTopic(
+            name, num_partitions=partitions, replication_factor=-1, config=dict(config or {})
+        )
         admin.create_topics([topic])[name].result(timeout=30)
         created.append(name)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             meta = admin.list_topics(name, timeout=10).topics[name]
-            if meta.error is None and len(meta.partitions) == partitions and all(
-                p.leader >= 0 for p in meta.partitions.values()
+            if (
+                meta.error is None
+                and len(meta.partitions) == partitions
+                and all(p.leader >= 0 for p in meta.partitions.values())
             ):
                 return name
             time.sleep(0.1)

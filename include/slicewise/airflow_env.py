@@ -27,7 +27,8 @@ def airflow_env(settings: Settings, spark_master: str = "local[*]") -> dict[str,
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": os.environ.get(
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{home}/airflow.db"),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{home}/airflow.db"
+        ),
         "AIRFLOW__CORE__PARALLELISM": "2",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         # spark-submit (from the pyspark wheel) must be on the task's PATH.
@@ -39,21 +40,26 @@ def airflow_env(settings: Settings, spark_master: str = "local[*]") -> dict[str,
         "SLICEWISE_CACHE_DIR": str(settings.cache_dir),
         "PYARROW_IGNORE_TIMEZONE": "1",
     }
-    env.setdefault("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": spark_master}))
+    env.setdefault(
+        "AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": spark_master})
+    )
     return env
 
 
 def migrate(env: dict[str, str]) -> None:
     Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
-    subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL
+    )
 
 
 def main(argv: list[str]) -> int:
     env = airflow_env(load_settings())
     migrate(env)
-    print(f"AIRFLOW_HOME={env['AIRFLOW_HOME']}; the admin password is printed below and kept in "
-          f"{env['AIRFLOW_HOME']}/simple_auth_manager_passwords.json.generated")
+    print(
+        f"AIRFLOW_HOME={env['AIRFLOW_HOME']}; the admin password is printed below and kept in "
+        f"{env['AIRFLOW_HOME']}/simple_auth_manager_passwords.json.generated"
+    )
     os.execve(str(VENV_BIN / "airflow"), ["airflow", *argv], env)
 
 

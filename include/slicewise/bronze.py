@@ -32,7 +32,9 @@ class BronzeResult:
     committed: bool  # False when the slice was already in bronze
 
 
-def kafka_options(settings: Settings, sl: Slice, ranges: dict[int, tuple[int, int]]) -> dict[str, str]:
+def kafka_options(
+    settings: Settings, sl: Slice, ranges: dict[int, tuple[int, int]]
+) -> dict[str, str]:
     """Spark Kafka source options for a batch read of exactly `ranges`."""
     parts = sorted(p for p, (a, b) in ranges.items() if a < b)
     return {
@@ -49,12 +51,16 @@ def kafka_options(settings: Settings, sl: Slice, ranges: dict[int, tuple[int, in
 def to_bronze(kafka_df: DataFrame, slice_id: str) -> DataFrame:
     """Kafka source rows -> bronze rows (pure)."""
     return conform(
-        kafka_df.withColumnRenamed("timestampType", "timestamp_type").withColumn("slice_id", F.lit(slice_id)),
+        kafka_df.withColumnRenamed("timestampType", "timestamp_type").withColumn(
+            "slice_id", F.lit(slice_id)
+        ),
         BRONZE,
     )
 
 
-def read_slice(spark: SparkSession, settings: Settings, sl: Slice, ranges: dict[int, tuple[int, int]]) -> DataFrame:
+def read_slice(
+    spark: SparkSession, settings: Settings, sl: Slice, ranges: dict[int, tuple[int, int]]
+) -> DataFrame:
     if not any(a < b for a, b in ranges.values()):
         return spark.createDataFrame([], BRONZE)
     reader = spark.read.format("kafka")
@@ -73,11 +79,14 @@ def run_bronze(
     spark: SparkSession, settings: Settings, slice_id: str, accept_data_loss: bool = False
 ) -> BronzeResult:
     """Ingest one planned slice into bronze, exactly once."""
-    return retry_on_conflict(lambda: _bronze(spark, settings, slice_id, accept_data_loss),
-                             f"bronze of {slice_id}")
+    return retry_on_conflict(
+        lambda: _bronze(spark, settings, slice_id, accept_data_loss), f"bronze of {slice_id}"
+    )
 
 
-def _bronze(spark: SparkSession, settings: Settings, slice_id: str, accept_data_loss: bool) -> BronzeResult:
+def _bronze(
+    spark: SparkSession, settings: Settings, slice_id: str, accept_data_loss: bool
+) -> BronzeResult:
     ledger = Ledger(settings.ledger_dir, settings.topic)
     sl = ledger.load_slice(slice_id)
     path = settings.table("bronze")
@@ -102,7 +111,8 @@ def _bronze(spark: SparkSession, settings: Settings, slice_id: str, accept_data_
     df = read_slice(spark, settings, sl, ranges).cache()
     rows = df.count()
     (
-        df.write.format("delta").mode("append")
+        df.write.format("delta")
+        .mode("append")
         .option("txnAppId", f"slicewise/bronze/{slice_id}")
         .option("txnVersion", 0)
         .option("userMetadata", json.dumps(metadata, sort_keys=True))

@@ -33,18 +33,36 @@ def _when(text: str) -> datetime:
 def status_rows(ledger: Ledger) -> list[dict]:
     rows = []
     for sl in ledger.slices():
-        steps = {step: ledger.step(sl.slice_id, step) for step in (*LEDGER_STEPS, "replay", "data_loss_ack")}
+        steps = {
+            step: ledger.step(sl.slice_id, step)
+            for step in (*LEDGER_STEPS, "replay", "data_loss_ack")
+        }
         silver = steps.get("silver") or {}
-        rows.append({
-            "slice_id": sl.slice_id,
-            "interval": [sl.start.isoformat(), sl.end.isoformat()],
-            "ranges": {str(p): list(r) for p, r in sorted(sl.ranges.items())},
-            "steps": {k: (v or {}).get("recorded_at", "-") for k, v in steps.items() if k in LEDGER_STEPS},
-            "counts": {k: silver.get(k) for k in ("read", "quarantined", "duplicates_in_slice",
-                                                  "inserted", "duplicates_in_silver", "missing")},
-            "gate": (steps.get("gate") or {}).get("success"),
-            "data_loss_accepted": bool(steps.get("data_loss_ack")),
-        })
+        rows.append(
+            {
+                "slice_id": sl.slice_id,
+                "interval": [sl.start.isoformat(), sl.end.isoformat()],
+                "ranges": {str(p): list(r) for p, r in sorted(sl.ranges.items())},
+                "steps": {
+                    k: (v or {}).get("recorded_at", "-")
+                    for k, v in steps.items()
+                    if k in LEDGER_STEPS
+                },
+                "counts": {
+                    k: silver.get(k)
+                    for k in (
+                        "read",
+                        "quarantined",
+                        "duplicates_in_slice",
+                        "inserted",
+                        "duplicates_in_silver",
+                        "missing",
+                    )
+                },
+                "gate": (steps.get("gate") or {}).get("success"),
+                "data_loss_accepted": bool(steps.get("data_loss_ack")),
+            }
+        )
     return rows
 
 
@@ -52,22 +70,29 @@ def print_status(rows: list[dict]) -> None:
     if not rows:
         print("no slices planned yet")
         return
-    print(f"{'slice':34} {'offsets per partition':36} {'steps done':28} {'read':>6} {'quar':>5} "
-          f"{'dupS':>5} {'ins':>6} {'dupX':>5} gate")
+    print(
+        f"{'slice':34} {'offsets per partition':36} {'steps done':28} {'read':>6} {'quar':>5} "
+        f"{'dupS':>5} {'ins':>6} {'dupX':>5} gate"
+    )
     for r in rows:
         offsets = " ".join(f"p{p}:{a}-{b}" for p, (a, b) in r["ranges"].items())
         done = ",".join(s for s, at in r["steps"].items() if at != "-")
         c = r["counts"]
         gate = {True: "pass", False: "FAIL", None: "-"}[r["gate"]]
-        print(f"{r['slice_id']:34} {offsets[:36]:36} {done:28} {c['read'] or '-':>6} {c['quarantined'] or 0:>5} "
-              f"{c['duplicates_in_slice'] or 0:>5} {c['inserted'] or 0:>6} {c['duplicates_in_silver'] or 0:>5} "
-              f"{gate}{'  DATA LOSS ACCEPTED' if r['data_loss_accepted'] else ''}")
+        print(
+            f"{r['slice_id']:34} {offsets[:36]:36} {done:28} {c['read'] or '-':>6} {c['quarantined'] or 0:>5} "
+            f"{c['duplicates_in_slice'] or 0:>5} {c['inserted'] or 0:>6} {c['duplicates_in_silver'] or 0:>5} "
+            f"{gate}{'  DATA LOSS ACCEPTED' if r['data_loss_accepted'] else ''}"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="slicewise", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    parser = argparse.ArgumentParser(
+        prog="slicewise", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     plan = sub.add_parser("plan", help="freeze the slice of an interval [start, end)")
     plan.add_argument("--start", type=_when, required=True)

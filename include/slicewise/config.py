@@ -61,15 +61,19 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> i
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not an integer; set it to a whole number (default {default}).") from None
+        raise ConfigError(
+            f"{name}={raw!r} is not an integer; set it to a whole number (default {default})."
+        ) from None
     if value < minimum:
-        raise ConfigError(f"{name}={value} is below {minimum}; set it to {minimum} or more (default {default}).")
+        raise ConfigError(
+            f"{name}={value} is below {minimum}; set it to {minimum} or more (default {default})."
+        )
     return value
 
 
 def kafka_props_from_env(env: Mapping[str, str]) -> dict[str, str]:
     return {
-        key[len(KAFKA_PROP_PREFIX):].lower().replace("_", "."): value
+        key[len(KAFKA_PROP_PREFIX) :].lower().replace("_", "."): value
         for key, value in env.items()
         if key.startswith(KAFKA_PROP_PREFIX)
     }
@@ -79,10 +83,14 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Read settings from the environment (or the given mapping) and validate them."""
     env = os.environ if env is None else env
     state_dir = Path(env.get("SLICEWISE_STATE_DIR") or REPO_ROOT / ".state").expanduser()
-    cache_dir = Path(env.get("SLICEWISE_CACHE_DIR") or Path.home() / ".cache" / "slicewise").expanduser()
+    cache_dir = Path(
+        env.get("SLICEWISE_CACHE_DIR") or Path.home() / ".cache" / "slicewise"
+    ).expanduser()
     topic = env.get("SLICEWISE_TOPIC", "events").strip()
     if not topic:
-        raise ConfigError("SLICEWISE_TOPIC is blank; set it to the Kafka topic to ingest (default 'events').")
+        raise ConfigError(
+            "SLICEWISE_TOPIC is blank; set it to the Kafka topic to ingest (default 'events')."
+        )
     bootstrap = env.get("SLICEWISE_KAFKA_BOOTSTRAP", "").strip() or LOCAL_BOOTSTRAP
     if ":" not in bootstrap:
         raise ConfigError(

@@ -45,8 +45,14 @@ class Oracle:
     duplicates_sent: int = 0
 
 
-MALFORMED = [b"{not json", b"[1, 2, 3]", b'{"event_type": "click"}', b'{"event_id": "  ", "event_type": "x"}',
-             b'{"event_id": 42, "event_type": "x", "occurred_at": "2026-01-01T00:00:00Z"}', b"\xff\xfe"]
+MALFORMED = [
+    b"{not json",
+    b"[1, 2, 3]",
+    b'{"event_type": "click"}',
+    b'{"event_id": "  ", "event_type": "x"}',
+    b'{"event_id": 42, "event_type": "x", "occurred_at": "2026-01-01T00:00:00Z"}',
+    b"\xff\xfe",
+]
 
 
 def produce_stream(settings: Settings, start: datetime, rng: random.Random) -> Oracle:
@@ -58,8 +64,12 @@ def produce_stream(settings: Settings, start: datetime, rng: random.Random) -> O
     types = ["page_view", "click", "purchase", "signup"]
 
     def ev(eid: str, ts: datetime) -> Record:
-        return Record(event_value(eid, ts, rng.choice(types), {"amount": rng.randint(1, 500)}),
-                      rng.randrange(PARTITIONS), ts, key=eid.encode())
+        return Record(
+            event_value(eid, ts, rng.choice(types), {"amount": rng.randint(1, 500)}),
+            rng.randrange(PARTITIONS),
+            ts,
+            key=eid.encode(),
+        )
 
     sent: list[str] = []
     # A transaction opened in the first interval and committed only at the very end.
@@ -82,7 +92,12 @@ def produce_stream(settings: Settings, start: datetime, rng: random.Random) -> O
         aborted = [f"aborted-{k}-{i}" for i in range(25)]
         main.send([ev(i, base + timedelta(minutes=30)) for i in aborted], commit=False)
         oracle.aborted.update(aborted)
-        main.send([Record(bad, rng.randrange(PARTITIONS), base + timedelta(minutes=40)) for bad in MALFORMED])
+        main.send(
+            [
+                Record(bad, rng.randrange(PARTITIONS), base + timedelta(minutes=40))
+                for bad in MALFORMED
+            ]
+        )
         oracle.malformed += len(MALFORMED)
     late.commit()
     oracle.committed_valid.update(late_ids)
@@ -93,8 +108,12 @@ def run_dag(env: dict[str, str], start: datetime, end: datetime) -> tuple[bool, 
     log = f"{env['SLICEWISE_STATE_DIR']}/demo-logs/run-{start:%Y%m%dT%H%M}.log"
     t0 = time.monotonic()
     with open(log, "w") as out:
-        proc = subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", "slicewise_pipeline", end.isoformat()],
-                              env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.run(
+            [str(VENV_BIN / "airflow"), "dags", "test", "slicewise_pipeline", end.isoformat()],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     return proc.returncode == 0, time.monotonic() - t0, log
 
 
@@ -103,7 +122,9 @@ def report(settings: Settings, oracle: Oracle) -> bool:
 
     from slicewise.spark import get_spark, local_conf
 
-    spark = get_spark("slicewise-demo-report", master="local[2]", extra_conf=local_conf(), settings=settings)
+    spark = get_spark(
+        "slicewise-demo-report", master="local[2]", extra_conf=local_conf(), settings=settings
+    )
     silver = spark.read.format("delta").load(settings.table("silver"))
     ids = {r.event_id for r in silver.select("event_id").collect()}
     rows, distinct = silver.count(), silver.select("event_id").distinct().count()
@@ -112,13 +133,17 @@ def report(settings: Settings, oracle: Oracle) -> bool:
     gold_total = gold.agg(F.sum("events")).first()[0]
 
     ledger = Ledger(settings.ledger_dir, settings.topic)
-    print("\nslice                               read  quarantined  dup-in-slice  dup-in-silver  inserted  gate")
+    print(
+        "\nslice                               read  quarantined  dup-in-slice  dup-in-silver  inserted  gate"
+    )
     for sl in ledger.slices():
-        c = (ledger.step(sl.slice_id, "silver") or {})
+        c = ledger.step(sl.slice_id, "silver") or {}
         gate = ledger.step(sl.slice_id, "gate") or {}
-        print(f"{sl.slice_id:34} {c.get('read', '-'):>5} {c.get('quarantined', '-'):>12} "
-              f"{c.get('duplicates_in_slice', '-'):>13} {c.get('duplicates_in_silver', '-'):>14} "
-              f"{c.get('inserted', '-'):>9}  {'pass' if gate.get('success') else 'FAIL'}")
+        print(
+            f"{sl.slice_id:34} {c.get('read', '-'):>5} {c.get('quarantined', '-'):>12} "
+            f"{c.get('duplicates_in_slice', '-'):>13} {c.get('duplicates_in_silver', '-'):>14} "
+            f"{c.get('inserted', '-'):>9}  {'pass' if gate.get('success') else 'FAIL'}"
+        )
     lost = oracle.committed_valid - ids
     extra = ids - oracle.committed_valid
     checks = {
@@ -128,14 +153,18 @@ def report(settings: Settings, oracle: Oracle) -> bool:
         "every malformed record is quarantined": quarantined == oracle.malformed,
         "gold counts every silver row once": gold_total == rows,
     }
-    print(f"\nsilver: {rows} rows, {distinct} distinct event_ids; committed valid ids sent: "
-          f"{len(oracle.committed_valid)} (+{oracle.duplicates_sent} duplicate sends, "
-          f"{len(oracle.aborted)} aborted, {oracle.malformed} malformed)")
+    print(
+        f"\nsilver: {rows} rows, {distinct} distinct event_ids; committed valid ids sent: "
+        f"{len(oracle.committed_valid)} (+{oracle.duplicates_sent} duplicate sends, "
+        f"{len(oracle.aborted)} aborted, {oracle.malformed} malformed)"
+    )
     for name, ok in checks.items():
         print(f"  {'OK  ' if ok else 'FAIL'} {name}")
     print(f"\nData Docs:  file://{settings.data_docs_dir}/index.html")
     print(f"Lakehouse:  {settings.lakehouse}   (status: `make status`)")
-    print("Airflow UI: `make airflow-ui`, then http://localhost:8080 (same state; trigger a backfill there)")
+    print(
+        "Airflow UI: `make airflow-ui`, then http://localhost:8080 (same state; trigger a backfill there)"
+    )
     spark.stop()
     return all(checks.values())
 
@@ -152,13 +181,19 @@ def main() -> int:
 
     t0 = time.monotonic()
     broker.start(timeout=120)
-    say("kafka", f"broker up at {broker.bootstrap} in {time.monotonic() - t0:.1f}s (KRaft, transactions on)")
+    say(
+        "kafka",
+        f"broker up at {broker.bootstrap} in {time.monotonic() - t0:.1f}s (KRaft, transactions on)",
+    )
 
     end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     start = end - timedelta(hours=INTERVALS)
     oracle = produce_stream(settings, start, rng)
-    say("produce", f"{len(oracle.committed_valid)} committed events (+{oracle.duplicates_sent} duplicates), "
-        f"{len(oracle.aborted)} aborted, {oracle.malformed} malformed, one late-committed transaction")
+    say(
+        "produce",
+        f"{len(oracle.committed_valid)} committed events (+{oracle.duplicates_sent} duplicates), "
+        f"{len(oracle.aborted)} aborted, {oracle.malformed} malformed, one late-committed transaction",
+    )
 
     env = airflow_env(settings)
     env["SLICEWISE_GRACE_SECONDS"] = "0"
@@ -166,16 +201,24 @@ def main() -> int:
     say("airflow", f"metadata DB ready (SQLite in {env['AIRFLOW_HOME']})")
     for k in range(INTERVALS):
         lo, hi = start + timedelta(hours=k), start + timedelta(hours=k + 1)
-        say("dag", f"interval {k + 1}/{INTERVALS} [{lo:%H:%M}, {hi:%H:%M}) UTC: running slicewise_pipeline ...")
+        say(
+            "dag",
+            f"interval {k + 1}/{INTERVALS} [{lo:%H:%M}, {hi:%H:%M}) UTC: running slicewise_pipeline ...",
+        )
         ok, took, log = run_dag(env, lo, hi)
-        say("dag", f"interval {k + 1}/{INTERVALS} {'succeeded' if ok else 'FAILED'} in {took:.0f}s (log: {log})")
+        say(
+            "dag",
+            f"interval {k + 1}/{INTERVALS} {'succeeded' if ok else 'FAILED'} in {took:.0f}s (log: {log})",
+        )
         if not ok:
             print(f"see {log}; `make status` shows the ledger", file=sys.stderr)
             return 1
     say("report", "reading silver, quarantine, gold and the ledger")
     ok = report(settings, oracle)
     summary = {"ok": ok, "seconds": round(time.monotonic() - t0)}
-    print(f"\n{json.dumps(summary)}\nbroker left running for `make airflow-ui`; stop it with `make broker-stop`")
+    print(
+        f"\n{json.dumps(summary)}\nbroker left running for `make airflow-ui`; stop it with `make broker-stop`"
+    )
     return 0 if ok else 1
 
 

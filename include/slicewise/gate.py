@@ -34,7 +34,9 @@ SUITE_VERSION = "1"
 
 def silver_slice_suite() -> list[gxe.Expectation]:
     return [
-        gxe.ExpectTableColumnsToMatchSet(column_set=[f.name for f in SILVER.fields], exact_match=True),
+        gxe.ExpectTableColumnsToMatchSet(
+            column_set=[f.name for f in SILVER.fields], exact_match=True
+        ),
         gxe.ExpectColumnValuesToNotBeNull(column="event_id"),
         gxe.ExpectColumnValuesToBeUnique(column="event_id"),
         gxe.ExpectColumnValuesToNotBeNull(column="event_type"),
@@ -56,9 +58,12 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
     """Validate one slice; record the outcome; raise `GateFailed` if it failed."""
     ledger = Ledger(settings.ledger_dir, settings.topic)
     ledger.load_slice(slice_id)
-    bronze = read_table(spark, settings.table("bronze"), BRONZE).where(F.col("slice_id") == slice_id)
-    dates = horizon_window(valid_events(parse_events(bronze, settings.max_value_bytes)),
-                           settings.dedup_horizon_days)
+    bronze = read_table(spark, settings.table("bronze"), BRONZE).where(
+        F.col("slice_id") == slice_id
+    )
+    dates = horizon_window(
+        valid_events(parse_events(bronze, settings.max_value_bytes)), settings.dedup_horizon_days
+    )
     window = silver_window(spark, settings, dates)
     counts = slice_counts(spark, settings, slice_id)
     counts_df = spark.createDataFrame(
@@ -67,7 +72,13 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
     docs = settings.data_docs_dir
     reports: list[GateReport] = [
         validate(window, f"silver_slice_v{SUITE_VERSION}", silver_slice_suite(), docs, slice_id),
-        validate(counts_df, f"slice_reconciliation_v{SUITE_VERSION}", reconciliation_suite(), docs, slice_id),
+        validate(
+            counts_df,
+            f"slice_reconciliation_v{SUITE_VERSION}",
+            reconciliation_suite(),
+            docs,
+            slice_id,
+        ),
     ]
     success = all(r.success for r in reports)
     summary = "\n".join(r.summary() for r in reports)
@@ -81,7 +92,10 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
     ledger.record_step(slice_id, "gate", outcome)
     if not success:
         failed = next(r for r in reports if not r.success)
-        raise GateFailed(f"gate FAILED for slice {slice_id} ({counts.describe()}):\n{summary}\n"
-                         "Nothing was published. See docs/RUNBOOK.md#gate-failed.", failed)
+        raise GateFailed(
+            f"gate FAILED for slice {slice_id} ({counts.describe()}):\n{summary}\n"
+            "Nothing was published. See docs/RUNBOOK.md#gate-failed.",
+            failed,
+        )
     log.info("gate passed for %s: %s", slice_id, counts.describe())
     return outcome

@@ -78,7 +78,9 @@ class GateReport:
         where, docs = f"{self.suite_name}/{self.run_name}", f"Data Docs: {self.docs_index.as_uri()}"
         if self.success:
             return f"gate passed for {where}: all {self.evaluated} expectations met ({docs})"
-        head = f"gate FAILED for {where}: {len(self.failures)} of {self.evaluated} expectations failed"
+        head = (
+            f"gate FAILED for {where}: {len(self.failures)} of {self.evaluated} expectations failed"
+        )
         return "\n".join([head, *(f" - {f.describe()}" for f in self.failures), docs])
 
 
@@ -131,10 +133,15 @@ def validate(
                     name=suite.name,
                     validation_definitions=[definition],
                     actions=[UpdateDataDocsAction(name="update_data_docs", site_names=[SITE_NAME])],
-                    result_format={"result_format": "SUMMARY", "partial_unexpected_count": SAMPLE_SIZE},
+                    result_format={
+                        "result_format": "SUMMARY",
+                        "partial_unexpected_count": SAMPLE_SIZE,
+                    },
                 )
             )
-            run_id = gx.RunIdentifier(run_name=_key_safe(run_name), run_time=dt.datetime.now(dt.UTC))
+            run_id = gx.RunIdentifier(
+                run_name=_key_safe(run_name), run_time=dt.datetime.now(dt.UTC)
+            )
             outcome = checkpoint.run(batch_parameters={"dataframe": df}, run_id=run_id)
             ((key, result),) = outcome.run_results.items()
             urls = context.get_docs_sites_urls(resource_identifier=key, site_name=SITE_NAME)
@@ -162,12 +169,18 @@ def _context_config(docs_dir: Path) -> DataContextConfig:
         (defaults.expectations_store_name, "ExpectationsStore", "expectations"),
         (defaults.validation_results_store_name, "ValidationResultsStore", "validations"),
     ):
-        backend = {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_dir / "_gx_store" / folder)}
+        backend = {
+            "class_name": "TupleFilesystemStoreBackend",
+            "base_directory": str(docs_dir / "_gx_store" / folder),
+        }
         stores[name] = {"class_name": kind, "store_backend": backend}
     site = {
         "class_name": "SiteBuilder",
         "show_how_to_buttons": False,  # no "getting started" call-to-action links
-        "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_dir)},
+        "store_backend": {
+            "class_name": "TupleFilesystemStoreBackend",
+            "base_directory": str(docs_dir),
+        },
         "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
     }
     return DataContextConfig(

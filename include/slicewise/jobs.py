@@ -60,13 +60,22 @@ STEPS: dict[str, Callable[[SparkSession, Settings, argparse.Namespace], Any]] = 
 }
 
 
-def step_parser(step: str, parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+def step_parser(
+    step: str, parser: argparse.ArgumentParser | None = None
+) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog=f"spark_jobs/{step}.py")
-    parser.add_argument("--slice-id", required=True, help="slice to process, e.g. 20261122T030000Z-20261122T040000Z")
+    parser.add_argument(
+        "--slice-id", required=True, help="slice to process, e.g. 20261122T030000Z-20261122T040000Z"
+    )
     if step == "bronze":
-        parser.add_argument("--accept-data-loss", nargs="?", const="true", default="false",
-                            type=lambda v: v.lower() in ("true", "1", "yes"),
-                            help="ingest what Kafka still retains when part of the slice was deleted (logged)")
+        parser.add_argument(
+            "--accept-data-loss",
+            nargs="?",
+            const="true",
+            default="false",
+            type=lambda v: v.lower() in ("true", "1", "yes"),
+            help="ingest what Kafka still retains when part of the slice was deleted (logged)",
+        )
     return parser
 
 
@@ -74,13 +83,23 @@ def run(step: str, args: argparse.Namespace, master: str | None = None) -> Any:
     settings = load_settings()
     spark = get_spark(f"slicewise-{step}-{args.slice_id}", master=master, settings=settings)
     result = STEPS[step](spark, settings, args)
-    print(json.dumps({"step": step, "slice_id": args.slice_id,
-                      "result": asdict(result) if is_dataclass(result) else result}, default=str))
+    print(
+        json.dumps(
+            {
+                "step": step,
+                "slice_id": args.slice_id,
+                "result": asdict(result) if is_dataclass(result) else result,
+            },
+            default=str,
+        )
+    )
     return result
 
 
 def main(step: str, argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     run(step, step_parser(step).parse_args(argv))
     return 0
 

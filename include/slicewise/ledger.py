@@ -27,7 +27,7 @@ STEPS = ("plan", "bronze", "silver", "gate", "publish")
 
 def _local_path(location: str) -> Path:
     if location.startswith("file:"):
-        location = location[len("file:"):]
+        location = location[len("file:") :]
         location = "/" + location.lstrip("/")
     if "://" in location:
         raise ConfigError(
@@ -139,7 +139,9 @@ class Ledger:
     def save_slice(self, sl: Slice) -> None:
         path = self._slice_dir(sl.slice_id) / "slice.json"
         if not _write_new(path, slice_to_json(sl)) and self.load_slice(sl.slice_id) != sl:
-            raise RuntimeError(f"ledger already holds a different {sl.slice_id}; boundaries changed?")
+            raise RuntimeError(
+                f"ledger already holds a different {sl.slice_id}; boundaries changed?"
+            )
 
     def load_slice(self, slice_id: str) -> Slice:
         path = self._slice_dir(slice_id) / "slice.json"
@@ -157,8 +159,10 @@ class Ledger:
 
     def record_step(self, slice_id: str, step: str, info: dict[str, Any]) -> None:
         """Latest outcome of a step, for `slicewise status`; Delta stays the source of truth."""
-        _replace(self._slice_dir(slice_id) / f"{step}.json",
-                 {"step": step, "recorded_at": datetime.now(UTC).isoformat(), **info})
+        _replace(
+            self._slice_dir(slice_id) / f"{step}.json",
+            {"step": step, "recorded_at": datetime.now(UTC).isoformat(), **info},
+        )
 
     def step(self, slice_id: str, step: str) -> dict[str, Any] | None:
         path = self._slice_dir(slice_id) / f"{step}.json"

@@ -61,5 +61,7 @@ def plan_slice(
     check_contiguous(ledger.boundaries())
     sl = slice_between(lower, upper)
     ledger.save_slice(sl)
-    ledger.record_step(sl.slice_id, "plan", {"ranges": {str(p): list(r) for p, r in sl.ranges.items()}})
+    ledger.record_step(
+        sl.slice_id, "plan", {"ranges": {str(p): list(r) for p, r in sl.ranges.items()}}
+    )
     return sl

@@ -47,7 +47,9 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
             f"slice {slice_id}: the gate has not passed (ledger: {gate}); run the gate first, "
             "nothing was published."
         )
-    bronze = read_table(spark, settings.table("bronze"), BRONZE).where(F.col("slice_id") == slice_id)
+    bronze = read_table(spark, settings.table("bronze"), BRONZE).where(
+        F.col("slice_id") == slice_id
+    )
     events = valid_events(parse_events(bronze, settings.max_value_bytes))
     # Hours as UTC strings computed by Spark: no Python-side time zone conversion.
     hour_fmt = "yyyy-MM-dd HH:mm:ss"
@@ -66,20 +68,23 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
         gold = (
             silver.withColumn("hour", F.date_trunc("hour", "occurred_at"))
             .where(F.col("hour").between(F.to_timestamp(F.lit(lo)), F.to_timestamp(F.lit(hi))))
-            .groupBy("hour", "event_type").agg(F.count("*").alias("events"))
+            .groupBy("hour", "event_type")
+            .agg(F.count("*").alias("events"))
         )
         (
-            gold.write.format("delta").mode("overwrite")
+            gold.write.format("delta")
+            .mode("overwrite")
             .option("replaceWhere", f"hour >= '{lo}' AND hour <= '{hi}'")
             .save(gold_path)
         )
     publication = Publication(
         slice_id=slice_id,
         silver_version=delta_version(spark, settings.table("silver")),
-        gold_version=delta_version(spark, gold_path) if DeltaTable.isDeltaTable(spark, gold_path) else None,
+        gold_version=delta_version(spark, gold_path)
+        if DeltaTable.isDeltaTable(spark, gold_path)
+        else None,
         hours=hours,
     )
     ledger.record_step(slice_id, "publish", asdict(publication))
     log.info("published %s: gold hours %s", slice_id, hours or "none")
     return publication
-

@@ -31,7 +31,9 @@ class SliceCounts:
 
     @property
     def accounted(self) -> int:
-        return self.quarantined + self.duplicates_in_slice + self.inserted + self.duplicates_in_silver
+        return (
+            self.quarantined + self.duplicates_in_slice + self.inserted + self.duplicates_in_silver
+        )
 
     @property
     def reconciles(self) -> bool:
@@ -45,7 +47,9 @@ class SliceCounts:
         )
 
 
-def silver_window(spark: SparkSession, settings: Settings, dates: tuple[date, date] | None) -> DataFrame:
+def silver_window(
+    spark: SparkSession, settings: Settings, dates: tuple[date, date] | None
+) -> DataFrame:
     """Silver rows within the horizon of the slice's event dates (partition-pruned)."""
     silver = read_table(spark, settings.table("silver"), SILVER)
     if dates is None:
@@ -57,8 +61,12 @@ def silver_window(spark: SparkSession, settings: Settings, dates: tuple[date, da
 def slice_counts(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCounts:
     from slicewise.silver import horizon_window  # circular at import time otherwise
 
-    bronze = read_table(spark, settings.table("bronze"), BRONZE).where(F.col("slice_id") == slice_id)
-    quarantine = read_table(spark, settings.table("quarantine"), QUARANTINE).where(F.col("slice_id") == slice_id)
+    bronze = read_table(spark, settings.table("bronze"), BRONZE).where(
+        F.col("slice_id") == slice_id
+    )
+    quarantine = read_table(spark, settings.table("quarantine"), QUARANTINE).where(
+        F.col("slice_id") == slice_id
+    )
     valid = valid_events(parse_events(bronze, settings.max_value_bytes)).cache()
     window = silver_window(spark, settings, horizon_window(valid, settings.dedup_horizon_days))
 
@@ -69,7 +77,9 @@ def slice_counts(spark: SparkSession, settings: Settings, slice_id: str) -> Slic
         F.coalesce(F.sum("count"), F.lit(0)).alias("valid"),
         F.count("*").alias("distinct_ids"),
         F.sum(F.when(F.col("owner") == slice_id, 1).otherwise(0)).alias("inserted"),
-        F.sum(F.when(F.col("owner").isNotNull() & (F.col("owner") != slice_id), 1).otherwise(0)).alias("elsewhere"),
+        F.sum(
+            F.when(F.col("owner").isNotNull() & (F.col("owner") != slice_id), 1).otherwise(0)
+        ).alias("elsewhere"),
         F.sum(F.when(F.col("owner").isNull(), 1).otherwise(0)).alias("missing"),
     ).first()
     valid.unpersist()

@@ -27,14 +27,18 @@ log = logging.getLogger(__name__)
 def run_replay(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCounts:
     ledger = Ledger(settings.ledger_dir, settings.topic)
     ledger.load_slice(slice_id)  # fails clearly if the slice is unknown
-    bronze = read_table(spark, settings.table("bronze"), BRONZE).where(F.col("slice_id") == slice_id)
+    bronze = read_table(spark, settings.table("bronze"), BRONZE).where(
+        F.col("slice_id") == slice_id
+    )
     parsed = parse_events(bronze, settings.max_value_bytes).cache()
     events = dedup_within(valid_events(parsed))
     window = horizon_window(events, settings.dedup_horizon_days)
     if window is not None:
         merge_into_silver(spark, settings.table("silver"), events, window, app_id=None)
     (
-        quarantined(parsed).write.format("delta").mode("overwrite")
+        quarantined(parsed)
+        .write.format("delta")
+        .mode("overwrite")
         .option("replaceWhere", f"slice_id = '{slice_id}'")
         .save(settings.table("quarantine"))
     )

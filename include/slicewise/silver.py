@@ -44,8 +44,13 @@ def idempotent_dml(spark: SparkSession, app_id: str) -> Iterator[None]:
 
 def ensure_silver(spark: SparkSession, path: str) -> DeltaTable:
     if not DeltaTable.isDeltaTable(spark, path):
-        (spark.createDataFrame([], SILVER).write.format("delta").partitionBy("event_date")
-         .mode("ignore").save(path))
+        (
+            spark.createDataFrame([], SILVER)
+            .write.format("delta")
+            .partitionBy("event_date")
+            .mode("ignore")
+            .save(path)
+        )
     return DeltaTable.forPath(spark, path)
 
 
@@ -72,7 +77,8 @@ def merge_into_silver(
         "AND t.event_id = s.event_id"
     )
     merge = (
-        target.alias("t").merge(events.alias("s"), condition)
+        target.alias("t")
+        .merge(events.alias("s"), condition)
         .whenMatchedUpdateAll(condition=EARLIER_SQL)
         .whenNotMatchedInsertAll()
     )
@@ -91,19 +97,26 @@ def run_silver(spark: SparkSession, settings: Settings, slice_id: str) -> SliceC
 def _silver(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCounts:
     ledger = Ledger(settings.ledger_dir, settings.topic)
     sl = ledger.load_slice(slice_id)
-    bronze = read_table(spark, settings.table("bronze"), BRONZE).where(F.col("slice_id") == slice_id)
+    bronze = read_table(spark, settings.table("bronze"), BRONZE).where(
+        F.col("slice_id") == slice_id
+    )
     parsed = parse_events(bronze, settings.max_value_bytes).cache()
 
     (
-        quarantined(parsed).write.format("delta").mode("append")
-        .option("txnAppId", f"slicewise/quarantine/{slice_id}").option("txnVersion", 0)
+        quarantined(parsed)
+        .write.format("delta")
+        .mode("append")
+        .option("txnAppId", f"slicewise/quarantine/{slice_id}")
+        .option("txnVersion", 0)
         .option("userMetadata", json.dumps({"step": "silver", "slice_id": slice_id}))
         .save(settings.table("quarantine"))
     )
     events = dedup_within(valid_events(parsed))
     window = horizon_window(events, settings.dedup_horizon_days)
     if window is not None:
-        merge_into_silver(spark, settings.table("silver"), events, window, f"slicewise/silver/{slice_id}")
+        merge_into_silver(
+            spark, settings.table("silver"), events, window, f"slicewise/silver/{slice_id}"
+        )
     else:
         ensure_silver(spark, settings.table("silver"))
     parsed.unpersist()
@@ -114,5 +127,9 @@ def _silver(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCoun
     if not counts.reconciles:
         # The gate owns the verdict (with the offending ids and Data Docs); failing
         # here would only hide that report behind a generic error.
-        log.warning("counts of slice %s do not reconcile: %s; the gate will fail", slice_id, counts.describe())
+        log.warning(
+            "counts of slice %s do not reconcile: %s; the gate will fail",
+            slice_id,
+            counts.describe(),
+        )
     return counts

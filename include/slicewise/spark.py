@@ -33,12 +33,22 @@ def spark_jars(settings: Settings | None = None) -> list[Path]:
     marker = target / ".complete"
     if not marker.exists():
         if shutil.which("mvn") is None:
-            raise ConfigError("Maven (`mvn`) is needed once to fetch the Spark jars; install it (apt-get install maven).")
+            raise ConfigError(
+                "Maven (`mvn`) is needed once to fetch the Spark jars; install it (apt-get install maven)."
+            )
         partial = target.with_name(target.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         subprocess.run(
-            ["mvn", "-q", "-B", "-f", str(SPARK_POM), "dependency:copy-dependencies",
-             f"-DoutputDirectory={partial}", "-DincludeScope=runtime"],
+            [
+                "mvn",
+                "-q",
+                "-B",
+                "-f",
+                str(SPARK_POM),
+                "dependency:copy-dependencies",
+                f"-DoutputDirectory={partial}",
+                "-DincludeScope=runtime",
+            ],
             check=True,
         )
         shutil.rmtree(target, ignore_errors=True)

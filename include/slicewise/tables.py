@@ -22,37 +22,45 @@ from pyspark.sql.types import (
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+HEADERS = ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+)
 
-BRONZE = StructType([
-    StructField("topic", StringType(), False),
-    StructField("partition", IntegerType(), False),
-    StructField("offset", LongType(), False),
-    StructField("timestamp", TimestampType(), True),
-    StructField("timestamp_type", IntegerType(), True),
-    StructField("key", BinaryType(), True),
-    StructField("value", BinaryType(), True),
-    StructField("headers", HEADERS, True),
-    StructField("slice_id", StringType(), False),
-])
+BRONZE = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("offset", LongType(), False),
+        StructField("timestamp", TimestampType(), True),
+        StructField("timestamp_type", IntegerType(), True),
+        StructField("key", BinaryType(), True),
+        StructField("value", BinaryType(), True),
+        StructField("headers", HEADERS, True),
+        StructField("slice_id", StringType(), False),
+    ]
+)
 
-SILVER = StructType([
-    StructField("event_id", StringType(), False),
-    StructField("event_type", StringType(), False),
-    StructField("occurred_at", TimestampType(), False),
-    StructField("event_date", DateType(), False),
-    StructField("payload", StringType(), True),
-    StructField("kafka_partition", IntegerType(), False),
-    StructField("kafka_offset", LongType(), False),
-    StructField("kafka_timestamp", TimestampType(), True),
-    StructField("slice_id", StringType(), False),
-])
+SILVER = StructType(
+    [
+        StructField("event_id", StringType(), False),
+        StructField("event_type", StringType(), False),
+        StructField("occurred_at", TimestampType(), False),
+        StructField("event_date", DateType(), False),
+        StructField("payload", StringType(), True),
+        StructField("kafka_partition", IntegerType(), False),
+        StructField("kafka_offset", LongType(), False),
+        StructField("kafka_timestamp", TimestampType(), True),
+        StructField("slice_id", StringType(), False),
+    ]
+)
 
-QUARANTINE = StructType([
-    *[f for f in BRONZE.fields if f.name != "slice_id"],
-    StructField("reason", StringType(), False),
-    StructField("slice_id", StringType(), False),
-])
+QUARANTINE = StructType(
+    [
+        *[f for f in BRONZE.fields if f.name != "slice_id"],
+        StructField("reason", StringType(), False),
+        StructField("slice_id", StringType(), False),
+    ]
+)
 
 
 def table_exists(spark: SparkSession, path: str) -> bool:
@@ -83,15 +91,24 @@ def retry_on_conflict(step: Callable[[], T], what: str, attempts: int = 3) -> T:
     import delta.exceptions as dx
 
     # Not all of these share a Python base class (ProtocolChangedException does not).
-    conflicts = (dx.DeltaConcurrentModificationException, dx.ConcurrentWriteException,
-                 dx.ConcurrentAppendException, dx.ConcurrentTransactionException,
-                 dx.MetadataChangedException, dx.ProtocolChangedException)
+    conflicts = (
+        dx.DeltaConcurrentModificationException,
+        dx.ConcurrentWriteException,
+        dx.ConcurrentAppendException,
+        dx.ConcurrentTransactionException,
+        dx.MetadataChangedException,
+        dx.ProtocolChangedException,
+    )
     for attempt in range(1, attempts + 1):
         try:
             return step()
         except conflicts as exc:
             if attempt == attempts:
                 raise
-            log.warning("%s lost a commit race (%s); re-checking (attempt %d)", what,
-                        type(exc).__name__, attempt + 1)
+            log.warning(
+                "%s lost a commit race (%s); re-checking (attempt %d)",
+                what,
+                type(exc).__name__,
+                attempt + 1,
+            )
     raise AssertionError("unreachable")

@@ -49,8 +49,10 @@ def parse_events(bronze: DataFrame, max_value_bytes: int) -> DataFrame:
     """Bronze rows with the parsed event columns and a `reason` (null when valid)."""
     text = F.col("value").cast("string")
     doc = F.try_parse_json(text)
-    field = {name: F.try_variant_get(doc, f"$.{name}", "variant") for name in
-             ("event_id", "event_type", "occurred_at", "payload")}
+    field = {
+        name: F.try_variant_get(doc, f"$.{name}", "variant")
+        for name in ("event_id", "event_type", "occurred_at", "payload")
+    }
     event_id = F.try_variant_get(doc, "$.event_id", "string")
     event_type = F.try_variant_get(doc, "$.event_type", "string")
     occurred_raw = F.try_variant_get(doc, "$.occurred_at", "string")
@@ -64,12 +66,25 @@ def parse_events(bronze: DataFrame, max_value_bytes: int) -> DataFrame:
         .when(field["event_id"].isNull() | F.is_variant_null(field["event_id"]), "missing_event_id")
         .when(_type_of(field["event_id"]) != "STRING", "non_string_event_id")
         .when(F.trim(event_id) == "", "blank_event_id")
-        .when((_type_of(field["event_type"]) != "STRING") | (F.trim(event_type) == "")
-              | field["event_type"].isNull(), "invalid_event_type")
-        .when(field["occurred_at"].isNull() | F.is_variant_null(field["occurred_at"]), "missing_occurred_at")
-        .when((_type_of(field["occurred_at"]) != "STRING") | occurred_at.isNull(), "invalid_occurred_at")
-        .when(field["payload"].isNotNull() & ~F.coalesce(_type_of(field["payload"]).startswith("OBJECT"),
-                                                           F.lit(False)), "invalid_payload")
+        .when(
+            (_type_of(field["event_type"]) != "STRING")
+            | (F.trim(event_type) == "")
+            | field["event_type"].isNull(),
+            "invalid_event_type",
+        )
+        .when(
+            field["occurred_at"].isNull() | F.is_variant_null(field["occurred_at"]),
+            "missing_occurred_at",
+        )
+        .when(
+            (_type_of(field["occurred_at"]) != "STRING") | occurred_at.isNull(),
+            "invalid_occurred_at",
+        )
+        .when(
+            field["payload"].isNotNull()
+            & ~F.coalesce(_type_of(field["payload"]).startswith("OBJECT"), F.lit(False)),
+            "invalid_payload",
+        )
     )
     return bronze.select(
         "*",

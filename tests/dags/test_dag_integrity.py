@@ -41,7 +41,9 @@ def test_pipeline_order_and_params(dagbag):
         assert downstream in dag.get_task(upstream).downstream_task_ids
     params = dag.params.dump()
     assert params == {"accept_data_loss": False, "reprocess_from_bronze": False}
-    assert all(dag.get_task(s)._conn_id == "spark_default" for s in ("bronze", "silver", "gate", "publish"))
+    assert all(
+        dag.get_task(s)._conn_id == "spark_default" for s in ("bronze", "silver", "gate", "publish")
+    )
     from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
 
     # Deferrable: no worker slot is held while the interval closes.
@@ -62,12 +64,14 @@ import airflow.providers.standard.sensors.date_time
 def refuse(*a, **k): raise AssertionError("I/O while parsing a DAG")
 socket.socket.connect = refuse
 subprocess.Popen.__init__ = refuse
-for f in {sorted(str(p) for p in DAGS.glob('*.py'))!r}:
+for f in {sorted(str(p) for p in DAGS.glob("*.py"))!r}:
     runpy.run_path(f)
 heavy = [m for m in ("pyspark", "great_expectations", "confluent_kafka", "delta") if m in sys.modules]
 assert not heavy, heavy
 print("ok")
 """
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path
+    )
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
     assert socket  # the probe patches the child's socket, never ours

@@ -18,19 +18,26 @@ def pipeline_factory(
     """`pipeline_factory(topic=None, **env)`: settings for a new lakehouse (and topic)."""
     producers: list[TxProducer] = []
 
-    def make(topic: str | None = None, partitions: int = 3, **env: str) -> tuple[Settings, TxProducer]:
+    def make(
+        topic: str | None = None, partitions: int = 3, **env: str
+    ) -> tuple[Settings, TxProducer]:
         topic = topic or new_topic(partitions)
         state = tmp_path_factory.mktemp("state")
-        settings = load_settings({
-            **os.environ,
-            "SLICEWISE_KAFKA_BOOTSTRAP": kafka_bootstrap,
-            "SLICEWISE_TOPIC": topic,
-            "SLICEWISE_STATE_DIR": str(state),
-            "SLICEWISE_LAKEHOUSE": str(state / "lakehouse"),
-            **env,
-        })
-        producer = TxProducer({"bootstrap.servers": kafka_bootstrap, **settings.kafka_props},
-                              topic, f"tx-{topic}-{len(producers)}")
+        settings = load_settings(
+            {
+                **os.environ,
+                "SLICEWISE_KAFKA_BOOTSTRAP": kafka_bootstrap,
+                "SLICEWISE_TOPIC": topic,
+                "SLICEWISE_STATE_DIR": str(state),
+                "SLICEWISE_LAKEHOUSE": str(state / "lakehouse"),
+                **env,
+            }
+        )
+        producer = TxProducer(
+            {"bootstrap.servers": kafka_bootstrap, **settings.kafka_props},
+            topic,
+            f"tx-{topic}-{len(producers)}",
+        )
         producers.append(producer)
         return settings, producer
 
@@ -38,5 +45,7 @@ def pipeline_factory(
 
 
 @pytest.fixture
-def pipeline(pipeline_factory: Callable[..., tuple[Settings, TxProducer]]) -> tuple[Settings, TxProducer]:
+def pipeline(
+    pipeline_factory: Callable[..., tuple[Settings, TxProducer]],
+) -> tuple[Settings, TxProducer]:
     return pipeline_factory()

@@ -14,8 +14,15 @@ from slicewise.ledger import Ledger
 
 pytestmark = pytest.mark.integration
 
-PASSED_ON = ("AIRFLOW_CONN_SPARK_DEFAULT", "PATH", "SLICEWISE_STATE_DIR", "SLICEWISE_LAKEHOUSE",
-             "SLICEWISE_TOPIC", "SLICEWISE_KAFKA_BOOTSTRAP", "SLICEWISE_CACHE_DIR")
+PASSED_ON = (
+    "AIRFLOW_CONN_SPARK_DEFAULT",
+    "PATH",
+    "SLICEWISE_STATE_DIR",
+    "SLICEWISE_LAKEHOUSE",
+    "SLICEWISE_TOPIC",
+    "SLICEWISE_KAFKA_BOOTSTRAP",
+    "SLICEWISE_CACHE_DIR",
+)
 
 
 @pytest.fixture
@@ -49,12 +56,16 @@ def silver_rows(spark, settings):
     return sorted(map(tuple, spark.read.format("delta").load(settings.table("silver")).collect()))
 
 
-def test_dag_runs_end_to_end_reruns_change_nothing_and_a_failed_gate_blocks_publication(spark, dag_env):
+def test_dag_runs_end_to_end_reruns_change_nothing_and_a_failed_gate_blocks_publication(
+    spark, dag_env
+):
     settings, producer, dag = dag_env
     start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
     ts = start + timedelta(minutes=10)
-    producer.send([Record(event_value(f"e{i}", ts), i % 3, ts) for i in range(20)]
-                  + [Record(event_value("e1", ts), 2, ts), Record(b"not json", 0, ts)])
+    producer.send(
+        [Record(event_value(f"e{i}", ts), i % 3, ts) for i in range(20)]
+        + [Record(event_value("e1", ts), 2, ts), Record(b"not json", 0, ts)]
+    )
     producer.send([Record(event_value("aborted", ts), 0, ts)], commit=False)
 
     run = dag.test(logical_date=start + timedelta(hours=1))
@@ -72,7 +83,9 @@ def test_dag_runs_end_to_end_reruns_change_nothing_and_a_failed_gate_blocks_publ
     # A second run of the same interval (a cleared run, a backfill with reprocessing):
     # same slice, no change to silver, no second Asset event.
     again = dag.test(logical_date=start + timedelta(hours=1))
-    assert states(again)["announce"] == "skipped" and states(again)["gate"] == "success", states(again)
+    assert states(again)["announce"] == "skipped" and states(again)["gate"] == "success", states(
+        again
+    )
     assert silver_rows(spark, settings) == before
     assert len(asset_events(slice_id)) == 1
 
@@ -81,7 +94,10 @@ def test_dag_runs_end_to_end_reruns_change_nothing_and_a_failed_gate_blocks_publ
     dup.write.format("delta").mode("append").save(settings.table("silver"))
     failed = dag.test(logical_date=start + timedelta(hours=1))
     assert states(failed)["gate"] == "failed", states(failed)
-    assert states(failed)["publish"] == "upstream_failed" and states(failed)["announce"] == "upstream_failed"
+    assert (
+        states(failed)["publish"] == "upstream_failed"
+        and states(failed)["announce"] == "upstream_failed"
+    )
     gate = Ledger(settings.ledger_dir, settings.topic).step(slice_id, "gate")
     assert gate["success"] is False and "e3" in gate["summary"]
     assert len(asset_events(slice_id)) == 1

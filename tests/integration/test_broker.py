@@ -33,22 +33,32 @@ def conf(bootstrap: str, **extra: object) -> dict[str, object]:
 
 
 def transactional_producer(bootstrap: str) -> Producer:
-    producer = Producer(conf(bootstrap, **{
-        "transactional.id": f"test-{uuid.uuid4().hex}",
-        "enable.idempotence": True,
-    }))
+    producer = Producer(
+        conf(
+            bootstrap,
+            **{
+                "transactional.id": f"test-{uuid.uuid4().hex}",
+                "enable.idempotence": True,
+            },
+        )
+    )
     producer.init_transactions(30)
     return producer
 
 
 def read_to_end(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[bytes]:
     """Every value from the start of each partition up to its end (the LSO for read_committed)."""
-    consumer = Consumer(conf(bootstrap, **{
-        "group.id": f"test-{uuid.uuid4().hex}",
-        "isolation.level": isolation,
-        "enable.partition.eof": True,
-        "enable.auto.commit": False,
-    }))
+    consumer = Consumer(
+        conf(
+            bootstrap,
+            **{
+                "group.id": f"test-{uuid.uuid4().hex}",
+                "isolation.level": isolation,
+                "enable.partition.eof": True,
+                "enable.auto.commit": False,
+            },
+        )
+    )
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     values: list[bytes] = []
     at_end: set[int] = set()
@@ -72,7 +82,9 @@ def read_to_end(bootstrap: str, topic: str, partitions: int, isolation: str) -> 
 
 def latest_offset(admin: AdminClient, topic: str, isolation: IsolationLevel) -> int:
     tp = TopicPartition(topic, 0)
-    futures = admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=isolation, request_timeout=30)
+    futures = admin.list_offsets(
+        {tp: OffsetSpec.latest()}, isolation_level=isolation, request_timeout=30
+    )
     return futures[tp].result(timeout=30).offset
 
 
@@ -82,13 +94,17 @@ def test_broker_serves_metadata(kafka_bootstrap: str) -> None:
     assert metadata.brokers
 
 
-def test_topic_is_created_with_three_partitions(kafka_bootstrap: str, new_topic: Callable[..., str]) -> None:
+def test_topic_is_created_with_three_partitions(
+    kafka_bootstrap: str, new_topic: Callable[..., str]
+) -> None:
     topic = new_topic(3)
     metadata = AdminClient(conf(kafka_bootstrap)).list_topics(topic, timeout=30)
     assert sorted(metadata.topics[topic].partitions) == [0, 1, 2]
 
 
-def test_read_committed_sees_only_committed_records(kafka_bootstrap: str, new_topic: Callable[..., str]) -> None:
+def test_read_committed_sees_only_committed_records(
+    kafka_bootstrap: str, new_topic: Callable[..., str]
+) -> None:
     topic = new_topic(3)
     producer = transactional_producer(kafka_bootstrap)
 
@@ -104,7 +120,9 @@ def test_read_committed_sees_only_committed_records(kafka_bootstrap: str, new_to
     producer.abort_transaction(30)
 
     committed = sorted(v.decode() for v in read_to_end(kafka_bootstrap, topic, 3, "read_committed"))
-    everything = sorted(v.decode() for v in read_to_end(kafka_bootstrap, topic, 3, "read_uncommitted"))
+    everything = sorted(
+        v.decode() for v in read_to_end(kafka_bootstrap, topic, 3, "read_uncommitted")
+    )
     assert committed == [f"committed-{i}" for i in range(6)]
     assert everything == sorted(committed + [f"aborted-{i}" for i in range(4)])
 
@@ -136,7 +154,10 @@ def test_last_stable_offset_stops_before_open_transaction(
     high_watermark = latest_offset(admin, topic, IsolationLevel.READ_UNCOMMITTED)
     assert lso == first_open
     assert high_watermark == delivered[-1].offset() + 1
-    assert read_to_end(kafka_bootstrap, topic, 1, "read_committed") == [b"committed-0", b"committed-1"]
+    assert read_to_end(kafka_bootstrap, topic, 1, "read_committed") == [
+        b"committed-0",
+        b"committed-1",
+    ]
 
     producer.commit_transaction(30)
     # The coordinator writes the commit marker (one offset) just *after* commit returns,
@@ -149,9 +170,13 @@ def test_last_stable_offset_stops_before_open_transaction(
 
 
 @pytest.mark.skipif(bool(os.environ.get("SLICEWISE_KAFKA_BOOTSTRAP")), reason="external broker")
-def test_local_broker_refuses_a_port_taken_by_another_broker(kafka_bootstrap: str, tmp_path) -> None:
+def test_local_broker_refuses_a_port_taken_by_another_broker(
+    kafka_bootstrap: str, tmp_path
+) -> None:
     port = int(kafka_bootstrap.rsplit(":", 1)[1])
-    other = LocalBroker(tmp_path, load_settings().cache_dir, port=port, controller_port=free_ports(1)[0])
+    other = LocalBroker(
+        tmp_path, load_settings().cache_dir, port=port, controller_port=free_ports(1)[0]
+    )
     assert not other.is_running()
     assert not other.is_healthy()  # the session broker answers there, but it is not this one
     with pytest.raises(BrokerError, match="taken"):

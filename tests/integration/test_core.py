@@ -26,7 +26,9 @@ pytestmark = pytest.mark.integration
 # otherwise delete the test records as soon as the broker looks at them.
 T0 = (datetime.now(UTC) - timedelta(days=2)).replace(hour=0, minute=0, second=0, microsecond=0)
 HOUR = timedelta(hours=1)
-LATER = datetime.now(UTC) + timedelta(days=365)  # "now" for planning: every test interval has closed
+LATER = datetime.now(UTC) + timedelta(
+    days=365
+)  # "now" for planning: every test interval has closed
 
 
 def at(hours: float) -> datetime:
@@ -65,7 +67,9 @@ def test_contiguous_slices_with_out_of_order_timestamps_and_idle_partitions(spar
     first, last = ledger.boundary(at(0)), ledger.boundary(at(6))
     for p in (0, 1, 2):
         owned = [o for i in range(6) for o in range(*slices[i].ranges.get(p, (0, 0)))]
-        assert owned == list(range(first.offset(p), last.offset(p))), f"partition {p} not contiguous"
+        assert owned == list(range(first.offset(p), last.offset(p))), (
+            f"partition {p} not contiguous"
+        )
     # Re-planning returns the frozen slices unchanged.
     assert all(plan_slice(settings, at(i), at(i + 1), now=LATER) == slices[i] for i in range(6))
     for i in order:
@@ -74,14 +78,17 @@ def test_contiguous_slices_with_out_of_order_timestamps_and_idle_partitions(spar
     assert bronze.count() == bronze.select("partition", "offset").distinct().count()
 
 
-def test_retention_gap_fails_with_data_loss_report_and_override_works(spark, pipeline, kafka_bootstrap):
+def test_retention_gap_fails_with_data_loss_report_and_override_works(
+    spark, pipeline, kafka_bootstrap
+):
     settings, producer = pipeline
     producer.send([ev(f"r-{i}", 0.1 + i / 100, 0) for i in range(10)])
     sl = plan_slice(settings, at(0), at(1), now=LATER)
     frm, until = sl.ranges[0]
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     admin.delete_records([TopicPartition(settings.topic, 0, frm + 4)])[
-        TopicPartition(settings.topic, 0, frm + 4)].result(30)
+        TopicPartition(settings.topic, 0, frm + 4)
+    ].result(30)
     assert TopicOffsets(settings).earliest([0])[0] == frm + 4
 
     with pytest.raises(DataLossError) as lost:
@@ -102,8 +109,10 @@ def table_exists(spark, settings, name):
 
 
 def snapshot(spark, settings):
-    return {name: sorted(map(tuple, table(spark, settings, name).collect()), key=repr)
-            for name in ("bronze", "silver", "quarantine")}
+    return {
+        name: sorted(map(tuple, table(spark, settings, name).collect()), key=repr)
+        for name in ("bronze", "silver", "quarantine")
+    }
 
 
 def test_rerun_of_bronze_and_silver_leaves_tables_unchanged(spark, pipeline):
@@ -123,7 +132,9 @@ def test_duplicates_aborted_and_open_transactions(spark, pipeline, kafka_bootstr
     producer.send([ev("x2", 0.4, 1), ev("x3", 0.5, 2)])  # dup across partitions
     producer.send([ev("aborted-1", 0.6, 0), ev("aborted-2", 0.7, 1)], commit=False)
     producer.send([ev("x3", 1.5, 1), ev("x4", 1.6, 0)])  # dup across slices, hours later
-    hung = TxProducer({"bootstrap.servers": kafka_bootstrap}, settings.topic, f"hung-{settings.topic}")
+    hung = TxProducer(
+        {"bootstrap.servers": kafka_bootstrap}, settings.topic, f"hung-{settings.topic}"
+    )
     hung.begin([ev("open-1", 1.7, 0), ev("open-2", 1.8, 2)])
     producer.send([ev("after-open", 1.9, 0)])  # committed, but behind the open transaction
 
@@ -137,12 +148,22 @@ def test_duplicates_aborted_and_open_transactions(spark, pipeline, kafka_bootstr
     hung.commit()
     run_slice(spark, settings, 2, 3)
     silver = table(spark, settings, "silver")
-    assert sorted(r.event_id for r in silver.collect()) == ["after-open", "open-1", "open-2", "x1", "x2", "x3", "x4"]
+    assert sorted(r.event_id for r in silver.collect()) == [
+        "after-open",
+        "open-1",
+        "open-2",
+        "x1",
+        "x2",
+        "x3",
+        "x4",
+    ]
     # Survivors are the lowest Kafka position of each id.
     survivors = {r.event_id: (r.kafka_partition, r.kafka_offset) for r in silver.collect()}
     bronze = table(spark, settings, "bronze").collect()
     for event_id, position in survivors.items():
-        copies = [(b.partition, b.offset) for b in bronze if json.loads(b.value)["event_id"] == event_id]
+        copies = [
+            (b.partition, b.offset) for b in bronze if json.loads(b.value)["event_id"] == event_id
+        ]
         assert position == min(copies)
 
 
@@ -160,17 +181,41 @@ def test_reverse_order_gives_the_same_silver(spark, pipeline, pipeline_factory):
 
 def test_every_malformed_kind_is_quarantined_and_counts_reconcile(spark, pipeline):
     settings, producer = pipeline
-    bad = [None, b"{not json", b"[1]", json.dumps({"event_type": "a"}).encode(),
-           event_value("  ", at(0.1)), event_value(7, at(0.1)),
-           event_value("q1", at(0.1)).replace(b"Z", b""), b"\xff\xfe"]
-    producer.send([Record(v, i % 3, at(0.2)) for i, v in enumerate(bad)]
-                  + [ev("good-1", 0.3, 0), ev("good-1", 0.3, 1), ev("good-2", 0.4, 2)])
+    bad = [
+        None,
+        b"{not json",
+        b"[1]",
+        json.dumps({"event_type": "a"}).encode(),
+        event_value("  ", at(0.1)),
+        event_value(7, at(0.1)),
+        event_value("q1", at(0.1)).replace(b"Z", b""),
+        b"\xff\xfe",
+    ]
+    producer.send(
+        [Record(v, i % 3, at(0.2)) for i, v in enumerate(bad)]
+        + [ev("good-1", 0.3, 0), ev("good-1", 0.3, 1), ev("good-2", 0.4, 2)]
+    )
     sl, counts = run_slice(spark, settings, 0, 1)
     reasons = sorted(r.reason for r in table(spark, settings, "quarantine").collect())
-    assert reasons == sorted(["null_value", "invalid_json", "not_an_object", "missing_event_id",
-                              "blank_event_id", "non_string_event_id", "invalid_occurred_at", "invalid_utf8"])
-    assert (counts.read, counts.quarantined, counts.duplicates_in_slice, counts.inserted, counts.missing) == (
-        11, 8, 1, 2, 0)
+    assert reasons == sorted(
+        [
+            "null_value",
+            "invalid_json",
+            "not_an_object",
+            "missing_event_id",
+            "blank_event_id",
+            "non_string_event_id",
+            "invalid_occurred_at",
+            "invalid_utf8",
+        ]
+    )
+    assert (
+        counts.read,
+        counts.quarantined,
+        counts.duplicates_in_slice,
+        counts.inserted,
+        counts.missing,
+    ) == (11, 8, 1, 2, 0)
     assert counts.reconciles
     q = table(spark, settings, "quarantine").where(F.col("reason") == "invalid_json").first()
     assert (q.topic, q.value, q.slice_id) == (settings.topic, b"{not json", sl.slice_id)

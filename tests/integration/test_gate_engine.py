@@ -79,7 +79,13 @@ def failure(report: GateReport, expectation_type: str) -> GateFailure:
 
 
 def test_unique_ids_pass(spark: SparkSession, docs_dir: Path) -> None:
-    report = validate(events(spark, [f"e-{i}" for i in range(1000)]), "events", event_expectations(), docs_dir, "ok")
+    report = validate(
+        events(spark, [f"e-{i}" for i in range(1000)]),
+        "events",
+        event_expectations(),
+        docs_dir,
+        "ok",
+    )
     assert report.success, report.summary()
     assert report.failures == []
     assert report.evaluated == 6
@@ -122,7 +128,9 @@ def test_table_level_counts(spark: SparkSession, docs_dir: Path) -> None:
     even = validate(spark.createDataFrame([(10, 10)], counts), "counts", checks, docs_dir, "even")
     assert even.success, even.summary()
 
-    two_rows = validate(spark.createDataFrame([(1, 1), (2, 2)], counts), "counts", checks, docs_dir, "rows")
+    two_rows = validate(
+        spark.createDataFrame([(1, 1), (2, 2)], counts), "counts", checks, docs_dir, "rows"
+    )
     rows = failure(two_rows, "expect_table_row_count_to_equal")
     assert rows.observed == 2 and rows.unexpected_count is None
     assert "observed 2" in two_rows.summary()
@@ -130,7 +138,13 @@ def test_table_level_counts(spark: SparkSession, docs_dir: Path) -> None:
 
 def test_repeated_validations_keep_every_run(spark: SparkSession, docs_dir: Path) -> None:
     shared = event_expectations()  # the same Expectation objects, reused on purpose
-    first = validate(events(spark, ["e-1", "e-2"]), "repeat_a", shared, docs_dir, "scheduled__2026-11-01T00:00:00+00:00")
+    first = validate(
+        events(spark, ["e-1", "e-2"]),
+        "repeat_a",
+        shared,
+        docs_dir,
+        "scheduled__2026-11-01T00:00:00+00:00",
+    )
     second = validate(events(spark, ["e-3", None]), "repeat_b", shared, docs_dir, "manual/2")
     assert first.success and not second.success
     assert failure(second, "expect_column_values_to_not_be_null").unexpected_count == 1
@@ -142,7 +156,13 @@ def test_repeated_validations_keep_every_run(spark: SparkSession, docs_dir: Path
 
 
 def test_missing_column_is_reported_not_raised(spark: SparkSession, docs_dir: Path) -> None:
-    report = validate(events(spark, ["e-1"]), "broken", [gxe.ExpectColumnValuesToNotBeNull(column="nope")], docs_dir, "r")
+    report = validate(
+        events(spark, ["e-1"]),
+        "broken",
+        [gxe.ExpectColumnValuesToNotBeNull(column="nope")],
+        docs_dir,
+        "r",
+    )
     (broken,) = report.failures
     assert broken.error and "nope" in broken.error
     assert "nope" in report.summary()

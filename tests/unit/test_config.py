@@ -12,15 +12,22 @@ def test_defaults_need_no_configuration(tmp_path):
 
 
 def test_security_properties_pass_through_untouched():
-    s = load_settings({"SLICEWISE_KAFKA_PROP_SASL_MECHANISM": "PLAIN",
-                       "SLICEWISE_KAFKA_PROP_SECURITY_PROTOCOL": "SASL_SSL"})
+    s = load_settings(
+        {
+            "SLICEWISE_KAFKA_PROP_SASL_MECHANISM": "PLAIN",
+            "SLICEWISE_KAFKA_PROP_SECURITY_PROTOCOL": "SASL_SSL",
+        }
+    )
     assert dict(s.kafka_props) == {"sasl.mechanism": "PLAIN", "security.protocol": "SASL_SSL"}
 
 
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"SLICEWISE_DEDUP_HORIZON_DAYS": "week"}, "SLICEWISE_DEDUP_HORIZON_DAYS='week' is not an integer"),
+        (
+            {"SLICEWISE_DEDUP_HORIZON_DAYS": "week"},
+            "SLICEWISE_DEDUP_HORIZON_DAYS='week' is not an integer",
+        ),
         ({"SLICEWISE_GRACE_SECONDS": "-5"}, "SLICEWISE_GRACE_SECONDS=-5 is below 0"),
         ({"SLICEWISE_TOPIC": "  "}, "SLICEWISE_TOPIC is blank"),
         ({"SLICEWISE_KAFKA_BOOTSTRAP": "kafka"}, "has no port"),

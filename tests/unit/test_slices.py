@@ -18,7 +18,9 @@ T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def b(hours: int, **offsets: int) -> Boundary:
-    return Boundary("events", T0 + timedelta(hours=hours), {int(k[1:]): v for k, v in offsets.items()})
+    return Boundary(
+        "events", T0 + timedelta(hours=hours), {int(k[1:]): v for k, v in offsets.items()}
+    )
 
 
 @pytest.mark.parametrize(
@@ -57,7 +59,9 @@ def test_decreasing_boundary_is_refused():
 def test_data_loss_report_names_partitions_and_ranges():
     sl = slice_between(b(0, p0=0, p1=10), b(1, p0=20, p1=30))
     losses = find_data_loss(sl, {0: 15, 1: 10})
-    assert [(d.partition, d.missing_from, d.missing_until, d.count) for d in losses] == [(0, 0, 15, 15)]
+    assert [(d.partition, d.missing_from, d.missing_until, d.count) for d in losses] == [
+        (0, 0, 15, 15)
+    ]
     message = str(DataLossError(sl, losses))
     assert "partition 0: offsets [0, 15) are gone (15 offsets)" in message
     assert "accept_data_loss" in message
@@ -65,7 +69,9 @@ def test_data_loss_report_names_partitions_and_ranges():
 
 def test_naive_datetime_is_rejected():
     with pytest.raises(ValueError, match="time zone"):
-        slice_between(Boundary("e", datetime(2026, 1, 1), {}), Boundary("e", datetime(2026, 1, 2), {}))
+        slice_between(
+            Boundary("e", datetime(2026, 1, 1), {}), Boundary("e", datetime(2026, 1, 2), {})
+        )
 
 
 def test_pendulum_times_from_airflow_are_normalised():

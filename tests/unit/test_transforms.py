@@ -14,8 +14,12 @@ TS = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 
 def event(event_id, **overrides):
-    doc = {"event_id": event_id, "event_type": "click", "occurred_at": "2026-11-01T10:15:00Z",
-           "payload": {"n": 1}}
+    doc = {
+        "event_id": event_id,
+        "event_type": "click",
+        "occurred_at": "2026-11-01T10:15:00Z",
+        "payload": {"n": 1},
+    }
     doc.update(overrides)
     return json.dumps(doc).encode()
 
@@ -32,7 +36,10 @@ MALFORMED = [
     (b"{not json", "invalid_json"),
     (b"[1, 2]", "not_an_object"),
     (b'"just a string"', "not_an_object"),
-    (json.dumps({"event_type": "click", "occurred_at": "2026-11-01T10:15:00Z"}).encode(), "missing_event_id"),
+    (
+        json.dumps({"event_type": "click", "occurred_at": "2026-11-01T10:15:00Z"}).encode(),
+        "missing_event_id",
+    ),
     (event(None), "missing_event_id"),
     (event(42), "non_string_event_id"),
     (event("   "), "blank_event_id"),
@@ -57,8 +64,19 @@ def test_valid_event_parses_to_silver_columns(spark):
     value = event("e-1", occurred_at="2026-11-01T23:30:00.250+02:00", extra_field="ignored")
     got = valid_events(parse_events(bronze_rows(spark, [(1, 3, value)]), 1024))
     expected = spark.createDataFrame(
-        [("e-1", "click", datetime(2026, 11, 1, 21, 30, 0, 250000, tzinfo=UTC), date(2026, 11, 1),
-          '{"n":1}', 1, 3, TS, "s1")],
+        [
+            (
+                "e-1",
+                "click",
+                datetime(2026, 11, 1, 21, 30, 0, 250000, tzinfo=UTC),
+                date(2026, 11, 1),
+                '{"n":1}',
+                1,
+                3,
+                TS,
+                "s1",
+            )
+        ],
         got.schema,
     )
     assertDataFrameEqual(got, expected)
@@ -66,11 +84,20 @@ def test_valid_event_parses_to_silver_columns(spark):
 
 
 def test_dedup_keeps_lowest_kafka_position_across_partitions(spark):
-    rows = [(1, 2, event("a")), (0, 9, event("a")), (0, 4, event("b")), (0, 5, event("b")), (2, 0, event("c"))]
+    rows = [
+        (1, 2, event("a")),
+        (0, 9, event("a")),
+        (0, 4, event("b")),
+        (0, 5, event("b")),
+        (2, 0, event("c")),
+    ]
     got = dedup_within(valid_events(parse_events(bronze_rows(spark, rows), 1024)))
     assertDataFrameEqual(
         got.select("event_id", "kafka_partition", "kafka_offset"),
-        spark.createDataFrame([("a", 0, 9), ("b", 0, 4), ("c", 2, 0)], "event_id string, kafka_partition int, kafka_offset long"),
+        spark.createDataFrame(
+            [("a", 0, 9), ("b", 0, 4), ("c", 2, 0)],
+            "event_id string, kafka_partition int, kafka_offset long",
+        ),
     )
 
 

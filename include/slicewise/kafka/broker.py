@@ -130,8 +130,16 @@ class LocalBroker:
         scratch = Path(tempfile.mkdtemp(prefix="libs.partial-", dir=self.libs_dir.parent))
         try:
             result = subprocess.run(
-                [mvn, "-q", "-B", "-f", str(KAFKA_POM), "dependency:copy-dependencies",
-                 f"-DoutputDirectory={scratch}", "-DincludeScope=runtime"],
+                [
+                    mvn,
+                    "-q",
+                    "-B",
+                    "-f",
+                    str(KAFKA_POM),
+                    "dependency:copy-dependencies",
+                    f"-DoutputDirectory={scratch}",
+                    "-DincludeScope=runtime",
+                ],
                 capture_output=True,
                 text=True,
             )
@@ -193,8 +201,11 @@ class LocalBroker:
         """Write server.properties and the log4j2 config; done on every start so edits apply."""
         self.home.mkdir(parents=True, exist_ok=True)
         lines = [f"{key}={value}" for key, value in self.server_properties().items()]
-        self.config_path.write_text("# Written by slicewise.kafka.broker; edits are overwritten.\n"
-                                    + "\n".join(lines) + "\n")
+        self.config_path.write_text(
+            "# Written by slicewise.kafka.broker; edits are overwritten.\n"
+            + "\n".join(lines)
+            + "\n"
+        )
         self.log4j_path.write_text(LOG4J2_PROPERTIES)
         return self.config_path
 
@@ -220,8 +231,16 @@ class LocalBroker:
         self.write_config()
         libs = self.ensure_jars()
         result = subprocess.run(
-            [*self._java(libs), "kafka.tools.StorageTool", "format",
-             "-t", _random_cluster_id(), "-c", str(self.config_path), "--ignore-formatted"],
+            [
+                *self._java(libs),
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                _random_cluster_id(),
+                "-c",
+                str(self.config_path),
+                "--ignore-formatted",
+            ],
             capture_output=True,
             text=True,
         )
@@ -293,7 +312,9 @@ class LocalBroker:
         self.format()
         self.pid_path.unlink(missing_ok=True)
         with self.log_path.open("ab") as log:
-            log.write(f"\n==== slicewise: starting Kafka {KAFKA_VERSION} at {time.ctime()} ====\n".encode())
+            log.write(
+                f"\n==== slicewise: starting Kafka {KAFKA_VERSION} at {time.ctime()} ====\n".encode()
+            )
             log.flush()
             self._proc = subprocess.Popen(
                 [*self._java(libs), "kafka.Kafka", str(self.config_path)],
@@ -345,9 +366,17 @@ class LocalBroker:
         java_home = os.environ.get("JAVA_HOME")
         java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
         if not java or not Path(java).exists():
-            raise BrokerError("Java 17+ is needed to run Kafka; install it (apt-get install openjdk-17-jre-headless).")
-        return [java, "-Xmx512m", "-Djava.awt.headless=true",
-                f"-Dlog4j2.configurationFile={self.log4j_path}", "-cp", f"{libs}/*"]
+            raise BrokerError(
+                "Java 17+ is needed to run Kafka; install it (apt-get install openjdk-17-jre-headless)."
+            )
+        return [
+            java,
+            "-Xmx512m",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.log4j_path}",
+            "-cp",
+            f"{libs}/*",
+        ]
 
     def _alive(self, pid: int) -> bool:
         if self._proc is not None and self._proc.pid == pid:
@@ -440,13 +469,25 @@ def _port_free(port: int) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = load_settings()
-    parser = argparse.ArgumentParser(prog="python -m slicewise.kafka.broker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m slicewise.kafka.broker", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("command", choices=["start", "stop", "status"])
-    parser.add_argument("--state-dir", type=Path, default=settings.state_dir,
-                        help="broker data, config and log go under STATE_DIR/kafka (default: %(default)s)")
-    parser.add_argument("--cache-dir", type=Path, default=settings.cache_dir,
-                        help="jars are cached under CACHE_DIR/kafka-<version> (default: %(default)s)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for start/stop")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=settings.state_dir,
+        help="broker data, config and log go under STATE_DIR/kafka (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=settings.cache_dir,
+        help="jars are cached under CACHE_DIR/kafka-<version> (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for start/stop"
+    )
     args = parser.parse_args(argv)
     broker = LocalBroker(args.state_dir, args.cache_dir)
     where = f"(state: {broker.home})"
@@ -454,10 +495,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "start":
             began = time.monotonic()
             if broker.start(timeout=args.timeout):
-                print(f"Kafka broker up at {broker.bootstrap} in {time.monotonic() - began:.1f}s "
-                      f"(pid {broker.pid()}) {where}")
+                print(
+                    f"Kafka broker up at {broker.bootstrap} in {time.monotonic() - began:.1f}s "
+                    f"(pid {broker.pid()}) {where}"
+                )
             else:
-                print(f"Kafka broker already running at {broker.bootstrap} (pid {broker.pid()}) {where}")
+                print(
+                    f"Kafka broker already running at {broker.bootstrap} (pid {broker.pid()}) {where}"
+                )
         elif args.command == "stop":
             pid = broker.pid()
             if broker.stop(timeout=args.timeout):

@@ -75,8 +75,9 @@ class TopicOffsets:
         found = self._list(OffsetSpec.for_timestamp(int(at.timestamp() * 1000)), partitions)
         return {p: (o if o >= 0 else None) for p, o in found.items()}
 
-    def first_committed_at_or_after(self, at: datetime, start: Mapping[int, int],
-                                    stop: Mapping[int, int]) -> dict[int, int | None]:
+    def first_committed_at_or_after(
+        self, at: datetime, start: Mapping[int, int], stop: Mapping[int, int]
+    ) -> dict[int, int | None]:
         """Scan forward from `start` for the first committed record with timestamp >= `at`.
 
         Kafka's by-time lookup also matches transaction markers, which carry the
@@ -90,18 +91,25 @@ class TopicOffsets:
         found: dict[int, int | None] = {p: None for p in start}
         if not todo:
             return found
-        consumer = Consumer({
-            "bootstrap.servers": self._bootstrap, **self._props,
-            "group.id": "slicewise-boundary-scan", "enable.auto.commit": False,
-            "isolation.level": "read_committed", "enable.partition.eof": True,
-        })
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self._bootstrap,
+                **self._props,
+                "group.id": "slicewise-boundary-scan",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+            }
+        )
         try:
             consumer.assign([TopicPartition(self.topic, p, o) for p, o in todo.items()])
             deadline = time.monotonic() + self.timeout
             while todo:
                 if time.monotonic() > deadline:
-                    raise KafkaUnavailable(f"scanning {self.topic} partitions {sorted(todo)} for "
-                                           f"{at.isoformat()} took over {self.timeout}s")
+                    raise KafkaUnavailable(
+                        f"scanning {self.topic} partitions {sorted(todo)} for "
+                        f"{at.isoformat()} took over {self.timeout}s"
+                    )
                 for msg in consumer.consume(500, timeout=1.0):
                     p = msg.partition()
                     if p not in todo:

@@ -12,15 +12,21 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
-def event_value(event_id: Any, occurred_at: datetime, event_type: str = "click",
-                payload: dict[str, Any] | None = None) -> bytes:
+def event_value(
+    event_id: Any,
+    occurred_at: datetime,
+    event_type: str = "click",
+    payload: dict[str, Any] | None = None,
+) -> bytes:
     """A record value that follows the event contract (docs/EVENT_CONTRACT.md)."""
-    return json.dumps({
-        "event_id": event_id,
-        "event_type": event_type,
-        "occurred_at": occurred_at.isoformat().replace("+00:00", "Z"),
-        "payload": payload if payload is not None else {},
-    }).encode()
+    return json.dumps(
+        {
+            "event_id": event_id,
+            "event_type": event_type,
+            "occurred_at": occurred_at.isoformat().replace("+00:00", "Z"),
+            "payload": payload if payload is not None else {},
+        }
+    ).encode()
 
 
 @dataclass(frozen=True)
@@ -32,7 +38,9 @@ class Record:
     headers: list[tuple[str, bytes]] = field(default_factory=list)
 
 
-def ensure_topic(conf: dict[str, str], topic: str, partitions: int = 3, retention_ms: int | None = None) -> None:
+def ensure_topic(
+    conf: dict[str, str], topic: str, partitions: int = 3, retention_ms: int | None = None
+) -> None:
     """Create the topic if missing (single broker: replication factor 1)."""
     admin = AdminClient(conf)
     config = {"retention.ms": str(retention_ms)} if retention_ms else {}
@@ -50,20 +58,26 @@ class TxProducer:
 
     def __init__(self, conf: dict[str, str], topic: str, transactional_id: str):
         self.topic = topic
-        self._producer = Producer({
-            **conf,
-            "enable.idempotence": True,
-            "transactional.id": transactional_id,
-            "linger.ms": 5,
-        })
+        self._producer = Producer(
+            {
+                **conf,
+                "enable.idempotence": True,
+                "transactional.id": transactional_id,
+                "linger.ms": 5,
+            }
+        )
         self._producer.init_transactions(30)
 
     def _produce(self, records: Iterable[Record]) -> int:
         n = 0
         for r in records:
             self._producer.produce(
-                self.topic, value=r.value, key=r.key, partition=r.partition,
-                timestamp=int(r.timestamp.timestamp() * 1000), headers=r.headers or None,
+                self.topic,
+                value=r.value,
+                key=r.key,
+                partition=r.partition,
+                timestamp=int(r.timestamp.timestamp() * 1000),
+                headers=r.headers or None,
             )
             n += 1
             if n % 10_000 == 0:
