@@ -248,3 +248,30 @@ def test_concurrent_attempts_of_one_slice_commit_once(spark, pipeline):
     bronze, silver = table(spark, settings, "bronze"), table(spark, settings, "silver")
     assert bronze.count() == 300 == bronze.select("partition", "offset").distinct().count()
     assert silver.count() == 300 == silver.select("event_id").distinct().count()
+
+
+def test_quarantine_replay_after_a_fix_moves_records_to_silver(spark, pipeline_factory):
+    settings, producer = pipeline_factory(SLICEWISE_MAX_VALUE_BYTES="120")
+    big = event_value("big-1", at(0.2), payload={"text": "x" * 200})
+    producer.send([Record(big, 0, at(0.2)), ev("small-1", 0.3, 1)])
+    sl, counts = run_slice(spark, settings, 0, 1)
+    assert (counts.quarantined, counts.inserted) == (1, 1)
+    assert table(spark, settings, "quarantine").first().reason == "oversized_value"
+
+    from dataclasses import replace
+
+    from slicewise.replay import run_replay
+
+    fixed = replace(settings, max_value_bytes=1_048_576)  # the fix: a larger limit
+    replayed = run_replay(spark, fixed, sl.slice_id)
+    assert (replayed.quarantined, replayed.inserted, replayed.missing) == (
+        0,
+        2,
+        0,
+    ) and replayed.reconciles
+    assert sorted(r.event_id for r in table(spark, settings, "silver").collect()) == [
+        "big-1",
+        "small-1",
+    ]
+    assert table(spark, settings, "quarantine").count() == 0
+    assert run_replay(spark, fixed, sl.slice_id) == replayed  # safe to repeat
