@@ -42,6 +42,7 @@ def spark_jars(settings: Settings | None = None) -> list[Path]:
             [
                 "mvn",
                 "-q",
+                "-Dstyle.color=never",
                 "-B",
                 "-f",
                 str(SPARK_POM),
