@@ -16,7 +16,7 @@ want=$(cat requirements.txt requirements-dev.txt constraints.txt pyproject.toml 
 if [[ ! -f $stamp_file || $(cat "$stamp_file") != "$want" ]]; then
   echo "==> virtualenv .venv (Python deps from constraints.txt)"
   [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
-  .venv/bin/python -m pip --version >/dev/null 2>&1 || .venv/bin/python -m ensurepip -q
+  .venv/bin/python -m pip --version >/dev/null 2>&1 || .venv/bin/python -m ensurepip >/dev/null
   .venv/bin/python -m pip install -q "uv==0.13.8"
   VIRTUAL_ENV=.venv .venv/bin/uv pip install -q -r requirements-dev.txt -c constraints.txt -e .
   echo "$want" > "$stamp_file"
