@@ -114,22 +114,35 @@ with DAG(
         print(sl.describe())
         return sl.slice_id
 
-    @task(outlets=[SILVER])
-    def announce(slice_id: str, outlet_events=None) -> None:
-        """Emit the silver Asset event once per slice; a re-run is skipped."""
+    @task(inlets=[SILVER], outlets=[SILVER])
+    def announce(
+        slice_id: str, data_interval_end=None, inlet_events=None, outlet_events=None
+    ) -> None:
+        """Emit the silver Asset event once per slice; a re-run is skipped.
+
+        "Already announced" is asked of Airflow's own Asset events, not of our
+        ledger: a worker dying after writing the ledger but before Airflow stored
+        the event must lead to an announcement on retry, not to none at all.
+        """
         from airflow.sdk.exceptions import AirflowSkipException
 
         from slicewise.config import load_settings
+        from slicewise.faults import fault_point
         from slicewise.ledger import Ledger
 
         settings = load_settings()
+        # Events for a slice are only emitted after its interval has closed.
+        for event in inlet_events[SILVER].after(data_interval_end):
+            extra = event.extra or {}
+            if (extra.get("topic"), extra.get("slice_id")) == (settings.topic, slice_id):
+                raise AirflowSkipException(
+                    f"slice {slice_id} of {settings.topic} was already announced "
+                    f"({event.timestamp}); nothing changes downstream"
+                )
         ledger = Ledger(settings.ledger_dir, settings.topic)
-        if ledger.step(slice_id, "announce"):
-            raise AirflowSkipException(
-                f"slice {slice_id} was already announced; nothing changes downstream"
-            )
         publication = ledger.step(slice_id, "publish") or {}
         extra = {
+            "topic": settings.topic,
             "slice_id": slice_id,
             "silver_version": publication.get("silver_version"),
             "gold_version": publication.get("gold_version"),
@@ -137,6 +150,7 @@ with DAG(
         }
         outlet_events[SILVER].extra = extra
         ledger.record_step(slice_id, "announce", extra)
+        fault_point("announce.recorded", settings, slice_id)
 
     planned = plan()
     bronze = spark_step(
@@ -151,8 +165,9 @@ with DAG(
         + "/' + ('replay_quarantine.py' if params.reprocess_from_bronze else 'silver.py') }}",
     )
     gate = spark_step("gate", os.path.join(JOBS, "gate.py"))
-    # A failed gate is a finding about the data, not a transient error: retrying
-    # cannot change it, and on-call clears the task once the cause is fixed.
-    gate.retries = 0
+    # A failed gate is a finding about the data, not a transient error: one retry
+    # covers a crashed driver, more would only delay the alert. On-call clears the
+    # task once the cause is fixed.
+    gate.retries = 1
     publish = spark_step("publish", os.path.join(JOBS, "publish.py"))
     wait >> planned >> bronze >> silver >> gate >> publish >> announce(planned)

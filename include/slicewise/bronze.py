@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from slicewise.config import Settings
+from slicewise.faults import fault_point
 from slicewise.kafka.offsets import TopicOffsets
 from slicewise.ledger import Ledger, slice_to_json
 from slicewise.slices import DataLossError, Slice, find_data_loss
@@ -93,6 +94,7 @@ def _bronze(
     if slice_in_bronze(spark, path, slice_id):
         rows = read_table(spark, path, BRONZE).where(F.col("slice_id") == slice_id).count()
         log.info("%s is already in bronze (%d rows); nothing to do", sl.describe(), rows)
+        ledger.record_step(slice_id, "bronze", {"rows": rows})
         return BronzeResult(slice_id, rows, committed=False)
 
     ranges = dict(sl.ranges)
@@ -119,6 +121,7 @@ def _bronze(
         .save(path)
     )
     df.unpersist()
+    fault_point("bronze.committed", settings, slice_id)
     ledger.record_step(slice_id, "bronze", {"rows": rows})
     log.info("bronze committed %s: %d rows", sl.describe(), rows)
     return BronzeResult(slice_id, rows, committed=True)

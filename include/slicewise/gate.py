@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from slicewise.config import Settings
+from slicewise.faults import fault_point
 from slicewise.gate_engine import GateFailed, GateReport, validate
 from slicewise.ledger import Ledger
 from slicewise.reconcile import silver_window, slice_counts
@@ -90,6 +91,7 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
         "data_docs": [str(r.docs_index) for r in reports],
     }
     ledger.record_step(slice_id, "gate", outcome)
+    fault_point("gate.validated", settings, slice_id)
     if not success:
         failed = next(r for r in reports if not r.success)
         raise GateFailed(

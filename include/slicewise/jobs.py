@@ -18,7 +18,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from slicewise.config import Settings, load_settings
-from slicewise.spark import get_spark
+from slicewise.spark import get_spark, size_for_slices
 
 
 def _bronze(spark: SparkSession, settings: Settings, args: argparse.Namespace) -> Any:
@@ -82,6 +82,7 @@ def step_parser(
 def run(step: str, args: argparse.Namespace, master: str | None = None) -> Any:
     settings = load_settings()
     spark = get_spark(f"slicewise-{step}-{args.slice_id}", master=master, settings=settings)
+    size_for_slices(spark)
     result = STEPS[step](spark, settings, args)
     print(
         json.dumps(

@@ -6,6 +6,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 from slicewise.config import Settings
+from slicewise.faults import fault_point
 from slicewise.kafka.offsets import TopicOffsets
 from slicewise.ledger import Ledger
 from slicewise.slices import Boundary, Slice, check_contiguous, resolve_offset, slice_between, utc
@@ -60,6 +61,7 @@ def plan_slice(
     upper = resolve_boundary(ledger, offsets, end)
     check_contiguous(ledger.boundaries())
     sl = slice_between(lower, upper)
+    fault_point("plan.resolved", settings, sl.slice_id)
     ledger.save_slice(sl)
     ledger.record_step(
         sl.slice_id, "plan", {"ranges": {str(p): list(r) for p, r in sl.ranges.items()}}

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from slicewise.config import Settings
+from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
 from slicewise.tables import BRONZE, SILVER, read_table
 from slicewise.transforms import parse_events, valid_events
@@ -77,6 +78,7 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
             .option("replaceWhere", f"hour >= '{lo}' AND hour <= '{hi}'")
             .save(gold_path)
         )
+    fault_point("publish.gold_written", settings, slice_id)
     publication = Publication(
         slice_id=slice_id,
         silver_version=delta_version(spark, settings.table("silver")),

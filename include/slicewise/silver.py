@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from slicewise.config import Settings
+from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
 from slicewise.reconcile import SliceCounts, slice_counts
 from slicewise.tables import BRONZE, SILVER, read_table, retry_on_conflict
@@ -111,6 +112,7 @@ def _silver(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCoun
         .option("userMetadata", json.dumps({"step": "silver", "slice_id": slice_id}))
         .save(settings.table("quarantine"))
     )
+    fault_point("silver.quarantined", settings, slice_id)
     events = dedup_within(valid_events(parsed))
     window = horizon_window(events, settings.dedup_horizon_days)
     if window is not None:
@@ -120,6 +122,7 @@ def _silver(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCoun
     else:
         ensure_silver(spark, settings.table("silver"))
     parsed.unpersist()
+    fault_point("silver.merged", settings, slice_id)
 
     counts = slice_counts(spark, settings, slice_id)
     ledger.record_step(slice_id, "silver", asdict(counts))

@@ -113,3 +113,17 @@ def get_spark(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def size_for_slices(spark: SparkSession) -> None:
+    """Shuffle into as many partitions as there are cores, unless the deployment chose.
+
+    A slice is an hour of events, not a day: Spark's default of 200 shuffle
+    partitions (and Delta's 50 for state reconstruction) turns each small job into
+    hundreds of near-empty tasks. Explicit settings (spark-submit --conf) win.
+    """
+    launched = spark.sparkContext.getConf()
+    cores = str(spark.sparkContext.defaultParallelism)
+    for key in ("spark.sql.shuffle.partitions", "spark.databricks.delta.snapshotPartitions"):
+        if not launched.contains(key):
+            spark.conf.set(key, cores)

@@ -30,8 +30,9 @@ def test_dag_is_documented_owned_tagged_and_retried(dagbag, dag_id):
     assert dag.doc_md and "slicewise" in dag.tags
     for t in dag.tasks:
         assert t.owner == "data-platform", t.task_id
-        # The gate is the one deliberate exception: its failure is about the data.
-        assert t.retries >= 2 or t.task_id == "gate", t.task_id
+        # The gate is the one deliberate exception: its failure is about the data,
+        # so it retries once (a crashed driver), not until the alert is hours late.
+        assert t.retries >= (1 if t.task_id == "gate" else 2), t.task_id
 
 
 def test_pipeline_order_and_params(dagbag):

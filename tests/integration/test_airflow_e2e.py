@@ -42,18 +42,38 @@ def states(dag_run) -> dict[str, str]:
     return {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
 
 
-def asset_events(slice_id: str) -> list[dict]:
+def asset_events(settings, slice_id: str) -> list[dict]:
     from airflow.models.asset import AssetEvent
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
     with create_session() as session:
         extras = session.scalars(select(AssetEvent.extra)).all()
-    return [e for e in extras if e.get("slice_id") == slice_id]
+    return [e for e in extras if (e.get("topic"), e.get("slice_id")) == (settings.topic, slice_id)]
 
 
 def silver_rows(spark, settings):
     return sorted(map(tuple, spark.read.format("delta").load(settings.table("silver")).collect()))
+
+
+def tables(spark, settings) -> dict[str, list[tuple]]:
+    """Every row of every table the pipeline writes: 'nothing changed' means this is equal."""
+    return {
+        name: sorted(
+            map(tuple, spark.read.format("delta").load(settings.table(name)).collect()), key=repr
+        )
+        for name in ("bronze", "silver", "quarantine", "gold_events_per_hour")
+    }
+
+
+def produce_hour(producer, start) -> None:
+    """20 valid events, a cross-partition duplicate, a malformed record, an aborted one."""
+    ts = start + timedelta(minutes=10)
+    producer.send(
+        [Record(event_value(f"e{i}", ts), i % 3, ts) for i in range(20)]
+        + [Record(event_value("e1", ts), 2, ts), Record(b"not json", 0, ts)]
+    )
+    producer.send([Record(event_value("aborted", ts), 0, ts)], commit=False)
 
 
 def test_dag_runs_end_to_end_reruns_change_nothing_and_a_failed_gate_blocks_publication(
@@ -61,12 +81,7 @@ def test_dag_runs_end_to_end_reruns_change_nothing_and_a_failed_gate_blocks_publ
 ):
     settings, producer, dag = dag_env
     start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
-    ts = start + timedelta(minutes=10)
-    producer.send(
-        [Record(event_value(f"e{i}", ts), i % 3, ts) for i in range(20)]
-        + [Record(event_value("e1", ts), 2, ts), Record(b"not json", 0, ts)]
-    )
-    producer.send([Record(event_value("aborted", ts), 0, ts)], commit=False)
+    produce_hour(producer, start)
 
     run = dag.test(logical_date=start + timedelta(hours=1))
     assert (run.data_interval_start, run.data_interval_end) == (start, start + timedelta(hours=1))
@@ -76,18 +91,19 @@ def test_dag_runs_end_to_end_reruns_change_nothing_and_a_failed_gate_blocks_publ
     assert ids == sorted(f"e{i}" for i in range(20))
     gate = Ledger(settings.ledger_dir, settings.topic).step(slice_id, "gate")
     assert gate["success"] and gate["counts"]["read"] == 22 and gate["counts"]["quarantined"] == 1
-    [event] = asset_events(slice_id)
+    [event] = asset_events(settings, slice_id)
     assert event["silver_version"] >= 1
-    before = silver_rows(spark, settings)
+    before = tables(spark, settings)
 
-    # A second run of the same interval (a cleared run, a backfill with reprocessing):
-    # same slice, no change to silver, no second Asset event.
+    # dag.test on the same interval clears every task and runs it again (what on-call
+    # does with "clear", and a backfill with reprocessing): same slice, every table
+    # row for row the same, no second Asset event.
     again = dag.test(logical_date=start + timedelta(hours=1))
     assert states(again)["announce"] == "skipped" and states(again)["gate"] == "success", states(
         again
     )
-    assert silver_rows(spark, settings) == before
-    assert len(asset_events(slice_id)) == 1
+    assert tables(spark, settings) == before
+    assert len(asset_events(settings, slice_id)) == 1
 
     # Force a duplicate into silver: the gate must fail, naming it, and nothing is published.
     dup = spark.read.format("delta").load(settings.table("silver")).where(F.col("event_id") == "e3")
@@ -100,4 +116,47 @@ def test_dag_runs_end_to_end_reruns_change_nothing_and_a_failed_gate_blocks_publ
     )
     gate = Ledger(settings.ledger_dir, settings.topic).step(slice_id, "gate")
     assert gate["success"] is False and "e3" in gate["summary"]
-    assert len(asset_events(slice_id)) == 1
+    assert len(asset_events(settings, slice_id)) == 1
+
+
+def test_a_failure_in_every_task_then_its_retry_ends_exactly_right(spark, dag_env, monkeypatch):
+    """Each task fails once right after its write committed (the worst moment), then retries."""
+    from slicewise.faults import POINTS
+
+    settings, producer, dag = dag_env
+    start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    produce_hour(producer, start)
+    monkeypatch.setenv("SLICEWISE_FAULTS", ",".join(POINTS))
+    for task in dag.tasks:  # production backs off for minutes; the test retries at once
+        task.retry_delay = timedelta(0)
+        task.retry_exponential_backoff = False
+
+    run = dag.test(logical_date=start + timedelta(hours=1))
+    assert set(states(run).values()) == {"success"}, states(run)
+    fired = sorted(p.name.split("-")[0] for p in (settings.state_dir / "faults").iterdir())
+    assert fired == sorted(POINTS)
+    tries = {ti.task_id: ti.try_number for ti in run.get_task_instances()}
+    # silver has two fault points, so it needed a third try.
+    assert tries == {
+        "wait_for_interval_close": 1,
+        "plan": 2,
+        "bronze": 2,
+        "silver": 3,
+        "gate": 2,
+        "publish": 2,
+        "announce": 2,
+    }, tries
+
+    slice_id = run.get_task_instance("plan").xcom_pull(task_ids="plan")
+    silver = spark.read.format("delta").load(settings.table("silver"))
+    assert sorted(r.event_id for r in silver.collect()) == sorted(f"e{i}" for i in range(20))
+    bronze = spark.read.format("delta").load(settings.table("bronze"))
+    assert bronze.count() == 22 == bronze.select("partition", "offset").distinct().count()
+    quarantine = spark.read.format("delta").load(settings.table("quarantine"))
+    assert [(r.value, r.reason) for r in quarantine.collect()] == [(b"not json", "invalid_json")]
+    gold = spark.read.format("delta").load(settings.table("gold_events_per_hour"))
+    assert gold.agg(F.sum("events")).first()[0] == 20
+    gate = Ledger(settings.ledger_dir, settings.topic).step(slice_id, "gate")
+    assert gate["success"] and gate["counts"]["missing"] == 0
+    # announce failed after recording the ledger: its retry must still announce, once.
+    assert len(asset_events(settings, slice_id)) == 1
