@@ -4,6 +4,7 @@ api-server on the test's SQLite metadata DB, against the real broker, Spark and 
 from __future__ import annotations
 
 import secrets
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -46,7 +47,12 @@ def scheduler_env(pipeline, airflow_db, tmp_path: Path) -> Iterator[tuple]:
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        # Only the backfills run: no scheduled run for the latest interval on unpause.
+        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
         "SLICEWISE_GRACE_SECONDS": "0",
+        # Four processes share one SQLite file: wait for its lock rather than fail at once.
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+        + "?timeout=60",
     }
     airflow(env, "dags", "reserialize")
     airflow(env, "dags", "unpause", DAG_ID)
@@ -67,6 +73,10 @@ def scheduler_env(pipeline, airflow_db, tmp_path: Path) -> Iterator[tuple]:
                 out,
             )
         )
+    deadline = time.monotonic() + 120
+    while not port_open(port):
+        assert time.monotonic() < deadline, (logs / "api-server.log").read_text()[-3000:]
+        time.sleep(1)
     try:
         yield settings, producer, env, logs
     finally:
@@ -80,22 +90,32 @@ def scheduler_env(pipeline, airflow_db, tmp_path: Path) -> Iterator[tuple]:
             out.close()
 
 
-def backfill_runs(backfill_start: datetime) -> dict[datetime, str]:
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def backfill_runs() -> dict[datetime, str]:
+    """State of every backfill run, by data interval start."""
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
+    from airflow.utils.types import DagRunType
     from sqlalchemy import select
 
     with create_session() as session:
         rows = session.execute(
-            select(DagRun.logical_date, DagRun.state).where(
-                DagRun.dag_id == DAG_ID, DagRun.logical_date >= backfill_start
+            select(DagRun.data_interval_start, DagRun.state).where(
+                DagRun.dag_id == DAG_ID, DagRun.run_type == DagRunType.BACKFILL_JOB
             )
         ).all()
-    return {ld: str(state) for ld, state in rows}
+    return {start.astimezone(UTC): str(state) for start, state in rows}
 
 
 def backfill(env, logs: Path, start: datetime, end: datetime, reprocess: str) -> dict:
-    """Create a backfill for [start, end) and wait until every run has finished."""
+    """Backfill the hourly intervals in [start, end); wait until every run has finished.
+
+    The CLI's dates are logical dates (interval starts), both ends included.
+    """
     airflow(
         env,
         "backfill",
@@ -112,15 +132,16 @@ def backfill(env, logs: Path, start: datetime, end: datetime, reprocess: str) ->
         "1",
     )
     hours = int((end - start) / timedelta(hours=1))
+    wanted = [start + timedelta(hours=h) for h in range(hours)]
     deadline = time.monotonic() + 1200
     while time.monotonic() < deadline:
-        runs = backfill_runs(start)
+        runs = {at: state for at, state in backfill_runs().items() if start <= at < end}
         # A reprocessed run is cleared back to queued before it runs again.
-        if len(runs) == hours and all(s in ("success", "failed") for s in runs.values()):
+        if sorted(runs) == wanted and all(s in ("success", "failed") for s in runs.values()):
             return runs
         time.sleep(3)
     tails = {p.name: p.read_text()[-2000:] for p in logs.iterdir()}
-    raise AssertionError(f"backfill did not finish: {backfill_runs(start)}\n{tails}")
+    raise AssertionError(f"backfill did not finish: {backfill_runs()}\n{tails}")
 
 
 def rows_of(spark, settings, table: str, slice_id: str) -> list[tuple]:
