@@ -1,4 +1,4 @@
-"""Publish: rebuild gold (events per hour and type) for the hours a slice touched.
+"""Publish: rebuild gold (events per hour and type) for the hours a slice may have changed.
 
 Runs only after the gate passed. Gold rows of the affected hours are recomputed
 from silver and written with replaceWhere, so publishing a slice again yields
@@ -52,11 +52,21 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
         F.col("slice_id") == slice_id
     )
     events = valid_events(parse_events(bronze, settings.max_value_bytes))
-    # Hours as UTC strings computed by Spark: no Python-side time zone conversion.
+    # The hours to rebuild are the whole dedup-horizon window of the slice, not only
+    # its own hours: its MERGE may have replaced a stored copy by an earlier-positioned
+    # one with another occurred_at, moving that event out of an hour published before.
+    # Only rows inside that window can have moved. Hours are UTC strings computed by
+    # Spark (session zone UTC): no Python-side time zone conversion.
     hour_fmt = "yyyy-MM-dd HH:mm:ss"
+    days = settings.dedup_horizon_days
     span = events.agg(
-        F.date_format(F.min(F.date_trunc("hour", "occurred_at")), hour_fmt).alias("lo"),
-        F.date_format(F.max(F.date_trunc("hour", "occurred_at")), hour_fmt).alias("hi"),
+        F.date_format(F.date_sub(F.min("event_date"), days).cast("timestamp"), hour_fmt).alias(
+            "lo"
+        ),
+        F.date_format(
+            F.date_add(F.max("event_date"), days).cast("timestamp") + F.expr("INTERVAL 23 HOURS"),
+            hour_fmt,
+        ).alias("hi"),
     ).first()
     gold_path = settings.table("gold_events_per_hour")
     hours: list[str] = []

@@ -24,9 +24,14 @@ DAG_ID = "slicewise_pipeline"
 
 
 def airflow(env: dict[str, str], *args: str) -> str:
-    out = subprocess.run(
-        [str(VENV_BIN / "airflow"), *args], env=env, capture_output=True, text=True, timeout=300
-    )
+    """Run an Airflow CLI command; again if SQLite was locked by a busy scheduler."""
+    for attempt in range(5):
+        out = subprocess.run(
+            [str(VENV_BIN / "airflow"), *args], env=env, capture_output=True, text=True, timeout=300
+        )
+        if out.returncode == 0 or "database is locked" not in out.stderr:
+            break
+        time.sleep(5 * (attempt + 1))
     assert out.returncode == 0, f"airflow {' '.join(args)} failed:\n{out.stderr[-3000:]}"
     return out.stdout
 
