@@ -20,7 +20,8 @@ os.environ.update(
         "AIRFLOW_HOME": _AIRFLOW_HOME,
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_FOLDER": str(Path(__file__).resolve().parents[1] / "dags"),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_AIRFLOW_HOME}/airflow.db",
+        # Wait for SQLite's lock when a scheduler and the test both write (as airflow_env does).
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_AIRFLOW_HOME}/airflow.db?timeout=60",
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
         "PYARROW_IGNORE_TIMEZONE": "1",
     }

@@ -26,8 +26,10 @@ def airflow_env(settings: Settings, spark_master: str = "local[*]") -> dict[str,
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        # The scheduler, triggerer and api-server share one SQLite file: wait for its lock
+        # (up to 60 s) instead of failing at once with "database is locked".
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": os.environ.get(
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{home}/airflow.db"
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{home}/airflow.db?timeout=60"
         ),
         "AIRFLOW__CORE__PARALLELISM": "2",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",

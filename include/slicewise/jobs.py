@@ -18,7 +18,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from slicewise.config import Settings, load_settings
-from slicewise.spark import get_spark, size_for_slices
+from slicewise.spark import get_spark, ship_package, size_for_slices
 
 
 def _bronze(spark: SparkSession, settings: Settings, args: argparse.Namespace) -> Any:
@@ -83,6 +83,7 @@ def run(step: str, args: argparse.Namespace, master: str | None = None) -> Any:
     settings = load_settings()
     spark = get_spark(f"slicewise-{step}-{args.slice_id}", master=master, settings=settings)
     size_for_slices(spark)
+    ship_package(spark, settings)
     result = STEPS[step](spark, settings, args)
     print(
         json.dumps(

@@ -8,8 +8,10 @@ coordinates themselves are pinned in `scripts/spark/pom.xml`.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,6 +62,28 @@ def spark_jars(settings: Settings | None = None) -> list[Path]:
 
 def jars_arg(settings: Settings | None = None) -> str:
     return ",".join(str(jar) for jar in spark_jars(settings))
+
+
+def package_zip(settings: Settings | None = None) -> Path:
+    """The `slicewise` package as a zip for `--py-files`, so executors on any cluster
+    import the same code as the driver. Named by its content's hash: built once per
+    change, and a job that is running keeps the zip it started with.
+    """
+    settings = settings or load_settings()
+    package = Path(__file__).resolve().parent
+    sources = sorted(package.rglob("*.py"))
+    digest = hashlib.sha256()
+    for path in sources:
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    target = settings.cache_dir / "py-files" / f"slicewise-{digest.hexdigest()[:12]}.zip"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zf:
+            for path in sources:
+                zf.write(path, (Path("slicewise") / path.relative_to(package)).as_posix())
+        partial.replace(target)  # atomic: concurrent tasks never see half a zip
+    return target
 
 
 def spark_conf(settings: Settings | None = None) -> dict[str, str]:
@@ -127,3 +151,14 @@ def size_for_slices(spark: SparkSession) -> None:
     for key in ("spark.sql.shuffle.partitions", "spark.databricks.delta.snapshotPartitions"):
         if not launched.contains(key):
             spark.conf.set(key, cores)
+
+
+def ship_package(spark: SparkSession, settings: Settings | None = None) -> None:
+    """On a cluster, executors import the driver's `slicewise` from `package_zip`.
+
+    Added to the running context rather than passed as `--py-files`: the driver keeps
+    importing its installed package (whose paths point at the repo), and only
+    executors, which have nothing else, get the zip. Local mode shares the driver's.
+    """
+    if not spark.sparkContext.master.startswith("local"):
+        spark.sparkContext.addPyFile(str(package_zip(settings)))

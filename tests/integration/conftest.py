@@ -1,14 +1,21 @@
-"""Per-test pipelines: a fresh topic, a fresh lakehouse, a transactional producer."""
+"""Per-test pipelines (a fresh topic, a fresh lakehouse, a transactional producer), and the
+production-shaped services: a Spark standalone cluster and PostgreSQL."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from slicewise.config import Settings, load_settings
+from slicewise.kafka.broker import free_ports
 from slicewise.kafka.producer import TxProducer
+from slicewise.spark_cluster import LocalSparkCluster
 
 
 @pytest.fixture
@@ -49,3 +56,50 @@ def pipeline(
     pipeline_factory: Callable[..., tuple[Settings, TxProducer]],
 ) -> tuple[Settings, TxProducer]:
     return pipeline_factory()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSparkCluster]:
+    """A real standalone master and worker on loopback (1 worker, 2 cores)."""
+    with LocalSparkCluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A private PostgreSQL server (Debian's package) on a free loopback port; its SQLAlchemy URL.
+
+    PostgreSQL refuses to run as root, so under root (CI) it runs as the package's
+    `postgres` user, in a folder that user owns.
+    """
+    versions = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda p: int(p.parts[-3])
+    )
+    if not versions:
+        raise RuntimeError(
+            "PostgreSQL server binaries not found under /usr/lib/postgresql: "
+            "apt-get install postgresql (.ci/run does)"
+        )
+    bindir = versions[-1].parent
+    home = Path(tempfile.mkdtemp(prefix="slicewise-pg-"))
+    as_owner: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(home, "postgres", "postgres")
+        as_owner = ["runuser", "-u", "postgres", "--"]
+    data = home / "data"
+    (port,) = free_ports(1)
+
+    def pg(tool: str, *args: str) -> None:
+        subprocess.run([*as_owner, str(bindir / tool), *args], check=True, capture_output=True)
+
+    pg("initdb", "-D", str(data), "-U", "airflow", "--auth=trust", "-E", "UTF8")
+    pg(
+        "pg_ctl", "-D", str(data), "-l", str(home / "server.log"), "-w", "-t", "60",
+        "-o", f"-p {port} -k {home} -c listen_addresses=127.0.0.1", "start",
+    )  # fmt: skip
+    try:
+        pg("createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", "airflow")
+        yield f"postgresql+psycopg2://airflow@127.0.0.1:{port}/airflow"
+    finally:
+        pg("pg_ctl", "-D", str(data), "-m", "fast", "-w", "stop")
+        shutil.rmtree(home, ignore_errors=True)

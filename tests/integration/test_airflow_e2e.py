@@ -76,47 +76,59 @@ def produce_hour(producer, start) -> None:
     producer.send([Record(event_value("aborted", ts), 0, ts)], commit=False)
 
 
-def test_dag_runs_end_to_end_reruns_change_nothing_and_a_failed_gate_blocks_publication(
-    spark, dag_env
-):
-    settings, producer, dag = dag_env
+def end_to_end(spark, settings, producer, run_dag, events_of) -> None:
+    """One interval through the whole DAG, a rerun that changes nothing, a gate that blocks.
+
+    `run_dag(logical_date)` runs the DAG (in-process or by the CLI, on any Spark master and
+    metadata DB) and returns each task's state; `events_of(slice_id)` lists the extras of
+    the silver Asset events Airflow stored for that slice.
+    """
     start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
     produce_hour(producer, start)
+    ledger = Ledger(settings.ledger_dir, settings.topic)
 
-    run = dag.test(logical_date=start + timedelta(hours=1))
-    assert (run.data_interval_start, run.data_interval_end) == (start, start + timedelta(hours=1))
-    assert set(states(run).values()) == {"success"}, states(run)
-    slice_id = run.get_task_instance("plan").xcom_pull(task_ids="plan")
+    states = run_dag(start + timedelta(hours=1))
+    assert set(states.values()) == {"success"}, states
+    [sl] = ledger.slices()  # the run's data interval, not now(), named the slice
+    assert (sl.start, sl.end) == (start, start + timedelta(hours=1))
     ids = sorted(r[0] for r in silver_rows(spark, settings))
     assert ids == sorted(f"e{i}" for i in range(20))
-    gate = Ledger(settings.ledger_dir, settings.topic).step(slice_id, "gate")
+    gate = ledger.step(sl.slice_id, "gate")
     assert gate["success"] and gate["counts"]["read"] == 22 and gate["counts"]["quarantined"] == 1
-    [event] = asset_events(settings, slice_id)
+    [event] = events_of(sl.slice_id)
     assert event["silver_version"] >= 1
     before = tables(spark, settings)
 
-    # dag.test on the same interval clears every task and runs it again (what on-call
-    # does with "clear", and a backfill with reprocessing): same slice, every table
-    # row for row the same, no second Asset event.
-    again = dag.test(logical_date=start + timedelta(hours=1))
-    assert states(again)["announce"] == "skipped" and states(again)["gate"] == "success", states(
-        again
-    )
+    # The same interval again clears every task and runs it again (what on-call does
+    # with "clear", and a backfill with reprocessing): same slice, every table row for
+    # row the same, no second Asset event.
+    again = run_dag(start + timedelta(hours=1))
+    assert again["announce"] == "skipped" and again["gate"] == "success", again
     assert tables(spark, settings) == before
-    assert len(asset_events(settings, slice_id)) == 1
+    assert len(events_of(sl.slice_id)) == 1
 
     # Force a duplicate into silver: the gate must fail, naming it, and nothing is published.
     dup = spark.read.format("delta").load(settings.table("silver")).where(F.col("event_id") == "e3")
     dup.write.format("delta").mode("append").save(settings.table("silver"))
-    failed = dag.test(logical_date=start + timedelta(hours=1))
-    assert states(failed)["gate"] == "failed", states(failed)
-    assert (
-        states(failed)["publish"] == "upstream_failed"
-        and states(failed)["announce"] == "upstream_failed"
-    )
-    gate = Ledger(settings.ledger_dir, settings.topic).step(slice_id, "gate")
+    failed = run_dag(start + timedelta(hours=1))
+    assert failed["gate"] == "failed", failed
+    assert failed["publish"] == "upstream_failed" and failed["announce"] == "upstream_failed"
+    gate = ledger.step(sl.slice_id, "gate")
     assert gate["success"] is False and "e3" in gate["summary"]
-    assert len(asset_events(settings, slice_id)) == 1
+    assert len(events_of(sl.slice_id)) == 1
+
+
+def test_dag_runs_end_to_end_reruns_change_nothing_and_a_failed_gate_blocks_publication(
+    spark, dag_env
+):
+    settings, producer, dag = dag_env
+    end_to_end(
+        spark,
+        settings,
+        producer,
+        run_dag=lambda logical_date: states(dag.test(logical_date=logical_date)),
+        events_of=lambda slice_id: asset_events(settings, slice_id),
+    )
 
 
 def test_a_failure_in_every_task_then_its_retry_ends_exactly_right(spark, dag_env, monkeypatch):

@@ -3,6 +3,7 @@ api-server on the test's SQLite metadata DB, against the real broker, Spark and 
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
 import subprocess
@@ -39,8 +40,6 @@ def airflow(env: dict[str, str], *args: str) -> str:
 @pytest.fixture
 def scheduler_env(pipeline, airflow_db, tmp_path: Path) -> Iterator[tuple]:
     """api-server + scheduler + triggerer sharing the test's metadata DB; stopped after."""
-    import os
-
     settings, producer = pipeline
     (port,) = free_ports(1)
     env = {
@@ -55,9 +54,6 @@ def scheduler_env(pipeline, airflow_db, tmp_path: Path) -> Iterator[tuple]:
         # Only the backfills run: no scheduled run for the latest interval on unpause.
         "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
         "SLICEWISE_GRACE_SECONDS": "0",
-        # Four processes share one SQLite file: wait for its lock rather than fail at once.
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
-        + "?timeout=60",
     }
     airflow(env, "dags", "reserialize")
     airflow(env, "dags", "unpause", DAG_ID)
@@ -100,8 +96,13 @@ def port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def backfill_runs() -> dict[datetime, str]:
-    """State of every backfill run, by data interval start."""
+def backfill_runs() -> tuple[dict[datetime, str], bool]:
+    """State of every backfill run, by data interval start; and whether a backfill is still open.
+
+    The scheduler closes a backfill a few loops after its last run ends, and Airflow refuses a
+    second backfill of the same DAG until then.
+    """
+    from airflow.models.backfill import Backfill
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
     from airflow.utils.types import DagRunType
@@ -113,11 +114,14 @@ def backfill_runs() -> dict[datetime, str]:
                 DagRun.dag_id == DAG_ID, DagRun.run_type == DagRunType.BACKFILL_JOB
             )
         ).all()
-    return {start.astimezone(UTC): str(state) for start, state in rows}
+        open_backfill = session.scalar(
+            select(Backfill.id).where(Backfill.dag_id == DAG_ID, Backfill.completed_at.is_(None))
+        )
+    return {start.astimezone(UTC): str(state) for start, state in rows}, open_backfill is not None
 
 
 def backfill(env, logs: Path, start: datetime, end: datetime, reprocess: str) -> dict:
-    """Backfill the hourly intervals in [start, end); wait until every run has finished.
+    """Backfill the hourly intervals in [start, end); wait until the backfill has completed.
 
     The CLI's dates are logical dates (interval starts), both ends included.
     """
@@ -140,9 +144,11 @@ def backfill(env, logs: Path, start: datetime, end: datetime, reprocess: str) ->
     wanted = [start + timedelta(hours=h) for h in range(hours)]
     deadline = time.monotonic() + 1200
     while time.monotonic() < deadline:
-        runs = {at: state for at, state in backfill_runs().items() if start <= at < end}
+        all_runs, still_open = backfill_runs()
+        runs = {at: state for at, state in all_runs.items() if start <= at < end}
         # A reprocessed run is cleared back to queued before it runs again.
-        if sorted(runs) == wanted and all(s in ("success", "failed") for s in runs.values()):
+        done = sorted(runs) == wanted and all(s in ("success", "failed") for s in runs.values())
+        if done and not still_open:
             return runs
         time.sleep(3)
     tails = {p.name: p.read_text()[-2000:] for p in logs.iterdir()}

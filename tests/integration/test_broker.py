@@ -4,7 +4,6 @@ stable offset (LSO) stops before an open transaction."""
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -169,15 +168,19 @@ def test_last_stable_offset_stops_before_open_transaction(
     assert latest_offset(admin, topic, IsolationLevel.READ_UNCOMMITTED) == high_watermark + 1
 
 
-@pytest.mark.skipif(bool(os.environ.get("SLICEWISE_KAFKA_BOOTSTRAP")), reason="external broker")
-def test_local_broker_refuses_a_port_taken_by_another_broker(
-    kafka_bootstrap: str, tmp_path
-) -> None:
-    port = int(kafka_bootstrap.rsplit(":", 1)[1])
-    other = LocalBroker(
-        tmp_path, load_settings().cache_dir, port=port, controller_port=free_ports(1)[0]
-    )
-    assert not other.is_running()
-    assert not other.is_healthy()  # the session broker answers there, but it is not this one
-    with pytest.raises(BrokerError, match="taken"):
-        other.start()
+def test_local_broker_refuses_a_port_taken_by_another_broker(tmp_path) -> None:
+    # Brokers of its own, so this runs whatever broker the session uses.
+    cache = load_settings().cache_dir
+    port, controller_port, other_controller = free_ports(3)
+    first = LocalBroker(tmp_path / "first", cache, port=port, controller_port=controller_port)
+    other = LocalBroker(tmp_path / "other", cache, port=port, controller_port=other_controller)
+    first.start(timeout=120)
+    try:
+        assert not other.is_running()
+        assert not other.is_healthy()  # the first broker answers there, but it is not this one
+        with pytest.raises(BrokerError, match="taken"):
+            other.start()
+        assert first.is_healthy()  # the refused start left the running broker alone
+    finally:
+        first.stop()
+    assert not first.is_running()
