@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: help bootstrap demo test test-unit lint fmt broker-start broker-stop status airflow-ui lock clean
+.PHONY: help bootstrap demo test test-unit lint fmt broker-start broker-stop status airflow-ui spark-cluster lock clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -41,6 +41,9 @@ status: bootstrap ## slices, offsets, steps and counts from the ledger
 
 airflow-ui: bootstrap ## the Airflow UI (airflow standalone, :8080) on the demo's state; needs `make broker-start` or `make demo` first
 	@$(VENV)/python -m slicewise.airflow_env standalone
+
+spark-cluster: bootstrap ## a Spark standalone master + worker on loopback (until Ctrl-C); prints the spark_default to use
+	@$(VENV)/python -m slicewise.spark_cluster
 
 lock: ## re-resolve constraints.txt from requirements*.txt (needs the package registry)
 	@$(VENV)/uv pip compile requirements-dev.txt --python 3.11 -o constraints.txt

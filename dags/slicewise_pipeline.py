@@ -9,10 +9,10 @@ import os
 from datetime import timedelta
 
 import pendulum
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param, task
 
+from slicewise.operators import SliceSparkSubmitOperator
 from slicewise.spark import static_conf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,10 +30,10 @@ def _spark_jars() -> str:
 
 def spark_step(
     step: str, application: str, extra_args: list[str] | None = None
-) -> SparkSubmitOperator:
+) -> SliceSparkSubmitOperator:
     # The master comes only from the spark_default connection: local[*], a standalone
     # cluster, YARN or Kubernetes without touching this file.
-    return SparkSubmitOperator(
+    return SliceSparkSubmitOperator(
         task_id=step,
         conn_id="spark_default",
         application=application,
@@ -107,10 +107,10 @@ with DAG(
 
     @task
     def plan(data_interval_start=None, data_interval_end=None) -> str:
-        from slicewise.config import load_settings
+        from slicewise.operators import task_settings
         from slicewise.planner import plan_slice
 
-        sl = plan_slice(load_settings(), data_interval_start, data_interval_end)
+        sl = plan_slice(task_settings(), data_interval_start, data_interval_end)
         print(sl.describe())
         return sl.slice_id
 

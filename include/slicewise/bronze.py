@@ -45,7 +45,7 @@ def kafka_options(
         "startingOffsets": json.dumps({sl.topic: {str(p): ranges[p][0] for p in parts}}),
         "endingOffsets": json.dumps({sl.topic: {str(p): ranges[p][1] for p in parts}}),
         "includeHeaders": "true",
-        **{f"kafka.{k}": v for k, v in settings.kafka_props.items()},
+        **{f"kafka.{k}": v for k, v in settings.spark_kafka_props.items()},
     }
 
 

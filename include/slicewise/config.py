@@ -15,9 +15,11 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_BOOTSTRAP = "127.0.0.1:19092"
 
-# Kafka client properties pass through untouched: SLICEWISE_KAFKA_PROP_SASL_MECHANISM=PLAIN
-# becomes sasl.mechanism=PLAIN for both the Python admin/producer and Spark's reader.
+# Kafka client properties, in librdkafka's names: SLICEWISE_KAFKA_PROP_SASL_MECHANISM=PLAIN
+# becomes sasl.mechanism=PLAIN for the Python clients, and Spark's Java client gets the
+# equivalent (slicewise.kafka.security). Java-only extras: SLICEWISE_KAFKA_SPARK_PROP_*.
 KAFKA_PROP_PREFIX = "SLICEWISE_KAFKA_PROP_"
+KAFKA_SPARK_PROP_PREFIX = "SLICEWISE_KAFKA_SPARK_PROP_"
 
 
 class ConfigError(ValueError):
@@ -35,6 +37,16 @@ class Settings:
     dedup_horizon_days: int
     max_value_bytes: int
     kafka_props: Mapping[str, str] = field(default_factory=dict)
+    kafka_spark_props: Mapping[str, str] = field(default_factory=dict)
+    # The ledger beside the tables unless set: a POSIX path when the tables are on an object store.
+    ledger_location: str | None = None
+
+    @property
+    def spark_kafka_props(self) -> dict[str, str]:
+        """The Java client's properties for Spark's Kafka source."""
+        from slicewise.kafka.security import java_props
+
+        return java_props(self.kafka_props, self.kafka_spark_props)
 
     @property
     def embedded_broker(self) -> bool:
@@ -47,7 +59,7 @@ class Settings:
 
     @property
     def ledger_dir(self) -> str:
-        return self.table("_ledger")
+        return self.ledger_location or self.table("_ledger")
 
     @property
     def data_docs_dir(self) -> Path:
@@ -71,11 +83,11 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> i
     return value
 
 
-def kafka_props_from_env(env: Mapping[str, str]) -> dict[str, str]:
+def kafka_props_from_env(env: Mapping[str, str], prefix: str = KAFKA_PROP_PREFIX) -> dict[str, str]:
     return {
-        key[len(KAFKA_PROP_PREFIX) :].lower().replace("_", "."): value
+        key[len(prefix) :].lower().replace("_", "."): value
         for key, value in env.items()
-        if key.startswith(KAFKA_PROP_PREFIX)
+        if key.startswith(prefix)
     }
 
 
@@ -98,7 +110,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             f"or unset it to use the embedded broker at {LOCAL_BOOTSTRAP}."
         )
     lakehouse = env.get("SLICEWISE_LAKEHOUSE", "").strip() or str(state_dir / "lakehouse")
-    return Settings(
+    settings = Settings(
         bootstrap_servers=bootstrap,
         topic=topic,
         lakehouse=lakehouse,
@@ -108,4 +120,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         dedup_horizon_days=_int(env, "SLICEWISE_DEDUP_HORIZON_DAYS", 7),
         max_value_bytes=_int(env, "SLICEWISE_MAX_VALUE_BYTES", 1_048_576, minimum=1),
         kafka_props=kafka_props_from_env(env),
+        kafka_spark_props=kafka_props_from_env(env, KAFKA_SPARK_PROP_PREFIX),
+        ledger_location=env.get("SLICEWISE_LEDGER_DIR", "").strip() or None,
     )
+    settings.spark_kafka_props  # noqa: B018 - fail fast on settings Spark could not use
+    return settings

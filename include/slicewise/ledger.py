@@ -1,13 +1,14 @@
 """The offset ledger: boundaries and slices, stored with the lakehouse.
 
-Plain JSON files under `<lakehouse>/_ledger/<topic>/`, readable by Airflow
-workers (which plan) and Spark drivers (which read slices) alike. A boundary
+Plain JSON files under `<lakehouse>/_ledger/<topic>/` (or SLICEWISE_LEDGER_DIR),
+readable by Airflow workers (which plan) and Spark drivers (which read slices) alike. A boundary
 file is published with a hard link, which fails if the name exists: two
 resolvers racing on one boundary both end up with the first one's answer, and a
 stored boundary is never rewritten.
 
 Object stores need a conditional put for the same guarantee; until a store for
-them exists the ledger refuses non-local locations (see docs/DESIGN_CHOICES.md).
+them exists the ledger refuses non-local locations: with the tables on s3a:// or
+abfss://, put the ledger on a shared mount (docs/DEPLOYING.md).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ def _local_path(location: str) -> Path:
         location = "/" + location.lstrip("/")
     if "://" in location:
         raise ConfigError(
-            f"the offset ledger lives in the lakehouse ({location}), but only local or mounted "
-            "paths are supported for it yet; point SLICEWISE_LAKEHOUSE at a local/NFS path."
+            f"the offset ledger needs a local or mounted (NFS, EFS) path, not {location}: "
+            "set SLICEWISE_LEDGER_DIR to one that every Airflow worker and Spark driver "
+            "mounts (the Delta tables may stay on the object store)."
         )
     return Path(location)
 

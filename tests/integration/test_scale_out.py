@@ -39,7 +39,8 @@ def test_dag_on_a_spark_cluster_with_airflow_on_postgres(
     db = create_engine(postgres_url)
 
     def run_dag(logical_date: datetime) -> dict[str, str]:
-        airflow(env, "dags", "test", DAG_ID, logical_date.isoformat())
+        # A run whose gate fails ends the CLI with "DagRun failed": the states tell.
+        airflow(env, "dags", "test", DAG_ID, logical_date.isoformat(), ok_if="DagRun failed")
         with db.connect() as conn:
             rows = conn.execute(
                 text(
@@ -93,9 +94,10 @@ def test_executors_import_the_drivers_slicewise_from_the_shipped_zip(spark_clust
     assert not where.startswith(str(sys.prefix)), where
 
 
-def airflow(env: dict[str, str], *args: str) -> str:
+def airflow(env: dict[str, str], *args: str, ok_if: str | None = None) -> str:
     out = subprocess.run(
         [str(VENV_BIN / "airflow"), *args], env=env, capture_output=True, text=True, timeout=900
     )
-    assert out.returncode == 0, f"airflow {' '.join(args)} failed:\n{out.stderr[-3000:]}"
+    ok = out.returncode == 0 or (ok_if is not None and out.stderr.strip() == ok_if)
+    assert ok, f"airflow {' '.join(args)} failed:\n{out.stderr[-3000:]}"
     return out.stdout

@@ -11,7 +11,7 @@ def test_defaults_need_no_configuration(tmp_path):
     assert s.dedup_horizon_days == 7
 
 
-def test_security_properties_pass_through_untouched():
+def test_kafka_properties_reach_the_python_clients_as_given():
     s = load_settings(
         {
             "SLICEWISE_KAFKA_PROP_SASL_MECHANISM": "PLAIN",
@@ -36,3 +36,17 @@ def test_security_properties_pass_through_untouched():
 def test_bad_configuration_fails_fast_with_what_to_change(env, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         load_settings(env)
+
+
+def test_the_ledger_lives_with_the_tables_unless_placed_elsewhere(tmp_path):
+    assert load_settings({"SLICEWISE_LAKEHOUSE": "/data/lh"}).ledger_dir == "/data/lh/_ledger"
+    placed = load_settings({"SLICEWISE_LAKEHOUSE": "s3a://b/lh", "SLICEWISE_LEDGER_DIR": "/mnt/l"})
+    assert (placed.table("silver"), placed.ledger_dir) == ("s3a://b/lh/silver", "/mnt/l")
+
+
+def test_a_ledger_on_an_object_store_is_refused_with_what_to_set():
+    from slicewise.ledger import Ledger
+
+    settings = load_settings({"SLICEWISE_LAKEHOUSE": "s3a://bucket/lakehouse"})
+    with pytest.raises(ConfigError, match="set SLICEWISE_LEDGER_DIR"):
+        Ledger(settings.ledger_dir, settings.topic)

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from confluent_kafka import KafkaException, Producer
@@ -72,12 +72,18 @@ class LocalBroker:
         cache_dir: Path,
         port: int = 19092,
         controller_port: int = 19093,
+        sasl_port: int | None = None,
+        sasl_users: Mapping[str, str] | None = None,
     ) -> None:
+        """`sasl_port` adds a SASL_PLAINTEXT listener (mechanism PLAIN) for `sasl_users`
+        (name -> password) beside the plain one, to test authenticated clients."""
         # Absolute: the JVM runs in `home`, and the pid check matches the config path.
         self.home = Path(state_dir).expanduser().resolve() / "kafka"
         self.libs_dir = Path(cache_dir).expanduser().resolve() / f"kafka-{KAFKA_VERSION}" / "libs"
         self.port = port
         self.controller_port = controller_port
+        self.sasl_port = sasl_port
+        self.sasl_users = dict(sasl_users or {})
         self._proc: subprocess.Popen[bytes] | None = None
 
     # -- paths -------------------------------------------------------------
@@ -195,6 +201,24 @@ class LocalBroker:
             "log.initial.task.delay.ms": "1000",
             "log.retention.check.interval.ms": "1000",
             "log.segment.delete.delay.ms": "100",
+            **self._sasl_properties(),
+        }
+
+    def _sasl_properties(self) -> dict[str, str]:
+        if self.sasl_port is None:
+            return {}
+        sasl = f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
+        users = " ".join(f'user_{name}="{password}"' for name, password in self.sasl_users.items())
+        return {
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},{sasl},"
+            f"CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port},{sasl}",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+            "SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+            ),
         }
 
     def write_config(self) -> Path:
@@ -301,7 +325,9 @@ class LocalBroker:
             # Up already, or still starting from another caller: just wait for it.
             self._wait_healthy(deadline)
             return False
-        for port in (self.port, self.controller_port):
+        for port in (self.port, self.controller_port, self.sasl_port):
+            if port is None:
+                continue
             if not _port_free(port):
                 raise BrokerError(
                     f"Port {port} on 127.0.0.1 is taken by another process (another broker with a "

@@ -1,0 +1,78 @@
+"""A broker that demands SASL: credentials from an Airflow connection reach both clients,
+librdkafka (planner, producer) and Spark's Java client (bronze)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from slicewise.bronze import run_bronze
+from slicewise.config import load_settings
+from slicewise.kafka.broker import LocalBroker, free_ports
+from slicewise.kafka.producer import Record, TxProducer, event_value
+from slicewise.operators import task_settings
+from slicewise.planner import plan_slice
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def sasl_broker(tmp_path):
+    port, controller_port, sasl_port = free_ports(3)
+    broker = LocalBroker(
+        tmp_path / "broker",
+        load_settings().cache_dir,
+        port=port,
+        controller_port=controller_port,
+        sasl_port=sasl_port,
+        sasl_users={"etl": "etl-secret"},
+    )
+    broker.start(timeout=120)
+    yield f"127.0.0.1:{sasl_port}"
+    broker.stop()
+
+
+def test_credentials_from_an_airflow_connection_reach_the_planner_and_spark(
+    spark, sasl_broker, tmp_path, monkeypatch
+):
+    topic = "secured-events"
+    connection = {
+        "conn_type": "kafka",
+        "host": sasl_broker,
+        "login": "etl",
+        "password": "etl-secret",
+        "extra": {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_SECURED", json.dumps(connection))
+    monkeypatch.setenv("SLICEWISE_KAFKA_CONN_ID", "kafka_secured")
+    monkeypatch.setenv("SLICEWISE_TOPIC", topic)
+    monkeypatch.setenv("SLICEWISE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("SLICEWISE_LAKEHOUSE", raising=False)
+    monkeypatch.delenv("SLICEWISE_KAFKA_BOOTSTRAP", raising=False)
+    settings = task_settings()
+    assert settings.bootstrap_servers == sasl_broker  # the only listener this test uses
+    client = {"bootstrap.servers": sasl_broker, **settings.kafka_props}
+
+    # The broker really checks: a wrong password is refused.
+    wrong = {**client, "sasl.password": "guess"}
+    with pytest.raises(KafkaException, match="(?i)authentication"):
+        AdminClient(wrong).list_topics(timeout=20)
+
+    AdminClient(client).create_topics([NewTopic(topic, 2, 1)])[topic].result(timeout=30)
+    start = (datetime.now(UTC) - timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
+    ts = start + timedelta(minutes=5)
+    producer = TxProducer(client, topic, "tx-secured")
+    producer.send([Record(event_value(f"s{i}", ts), i % 2, ts) for i in range(6)])
+
+    sl = plan_slice(settings, start, start + timedelta(hours=1))
+    assert sl.record_count_upper_bound >= 6
+    result = run_bronze(spark, settings, sl.slice_id)  # Spark's Java client, SASL/PLAIN
+    assert result.rows == 6 and result.committed
+    bronze = spark.read.format("delta").load(settings.table("bronze"))
+    assert sorted(json.loads(r.value)["event_id"] for r in bronze.collect()) == [
+        f"s{i}" for i in range(6)
+    ]
