@@ -4,20 +4,23 @@ librdkafka (planner, producer) and Spark's Java client (bronze)."""
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from slicewise.bronze import run_bronze
 from slicewise.config import load_settings
 from slicewise.kafka.broker import LocalBroker, free_ports
+from slicewise.kafka.offsets import KafkaUnavailable
 from slicewise.kafka.producer import Record, TxProducer, event_value
-from slicewise.operators import task_settings
+from slicewise.operators import kafka_connection_env, task_settings
 from slicewise.planner import plan_slice
 
 pytestmark = pytest.mark.integration
+
+PASSWORD = "SLICEWISE_KAFKA_PROP_SASL_PASSWORD"
 
 
 @pytest.fixture
@@ -57,13 +60,13 @@ def test_credentials_from_an_airflow_connection_reach_the_planner_and_spark(
     assert settings.bootstrap_servers == sasl_broker  # the only listener this test uses
     client = {"bootstrap.servers": sasl_broker, **settings.kafka_props}
 
-    # The broker really checks: a wrong password is refused.
-    wrong = {**client, "sasl.password": "guess"}
-    with pytest.raises(KafkaException, match="(?i)authentication"):
-        AdminClient(wrong).list_topics(timeout=20)
+    start = (datetime.now(UTC) - timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
+    # The broker really checks: with a wrong password the planner stops, saying what to check.
+    wrong = load_settings({**os.environ, **kafka_connection_env(), PASSWORD: "guess"})
+    with pytest.raises(KafkaUnavailable, match="(?is)authentication.*SLICEWISE_KAFKA_CONN_ID"):
+        plan_slice(wrong, start, start + timedelta(hours=1))
 
     AdminClient(client).create_topics([NewTopic(topic, 2, 1)])[topic].result(timeout=30)
-    start = (datetime.now(UTC) - timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
     ts = start + timedelta(minutes=5)
     producer = TxProducer(client, topic, "tx-secured")
     producer.send([Record(event_value(f"s{i}", ts), i % 2, ts) for i in range(6)])

@@ -40,8 +40,9 @@ class TopicOffsets:
             metadata = self._admin.list_topics(self.topic, timeout=self.timeout)
         except KafkaException as exc:
             raise KafkaUnavailable(
-                f"Kafka at {self._bootstrap} did not answer ({exc}); check SLICEWISE_KAFKA_BOOTSTRAP "
-                "and the broker, then retry the task: nothing was written."
+                f"Kafka at {self._bootstrap} did not answer ({exc}); check SLICEWISE_KAFKA_BOOTSTRAP, "
+                "the credentials (SLICEWISE_KAFKA_CONN_ID or SLICEWISE_KAFKA_PROP_*) and the "
+                "broker, then retry the task: nothing was written."
             ) from exc
         topic = metadata.topics.get(self.topic)
         if topic is None or topic.error is not None or not topic.partitions:
