@@ -41,6 +41,12 @@ EARLIER_SQL = (
 )
 
 
+def _blank(text: Column) -> Column:
+    """Empty or only whitespace: Unicode White_Space, as the contract says (F.trim strips
+    only spaces, so a tab-only id would pass for one)."""
+    return text.rlike(r"(?U)^\s*$")
+
+
 def _type_of(variant: Column) -> Column:
     return F.when(variant.isNull(), F.lit(None)).otherwise(F.schema_of_variant(variant))
 
@@ -65,10 +71,10 @@ def parse_events(bronze: DataFrame, max_value_bytes: int) -> DataFrame:
         .when(~F.schema_of_variant(doc).startswith("OBJECT"), "not_an_object")
         .when(field["event_id"].isNull() | F.is_variant_null(field["event_id"]), "missing_event_id")
         .when(_type_of(field["event_id"]) != "STRING", "non_string_event_id")
-        .when(F.trim(event_id) == "", "blank_event_id")
+        .when(_blank(event_id), "blank_event_id")
         .when(
             (_type_of(field["event_type"]) != "STRING")
-            | (F.trim(event_type) == "")
+            | _blank(event_type)
             | field["event_type"].isNull(),
             "invalid_event_type",
         )

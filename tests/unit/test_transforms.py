@@ -43,6 +43,8 @@ MALFORMED = [
     (event(None), "missing_event_id"),
     (event(42), "non_string_event_id"),
     (event("   "), "blank_event_id"),
+    (event("\t\u3000"), "blank_event_id"),  # any Unicode whitespace, not only spaces
+    (event("e-9", event_type="\n"), "invalid_event_type"),
     (event("e-9", event_type=7), "invalid_event_type"),
     (event("e-9", occurred_at=None), "missing_occurred_at"),
     (event("e-9", occurred_at="2026-11-01 10:15"), "invalid_occurred_at"),
