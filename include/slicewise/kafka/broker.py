@@ -74,15 +74,18 @@ class LocalBroker:
         controller_port: int = 19093,
         sasl_port: int | None = None,
         sasl_users: Mapping[str, str] | None = None,
+        advertised_port: int | None = None,
     ) -> None:
         """`sasl_port` adds a SASL_PLAINTEXT listener (mechanism PLAIN) for `sasl_users`
-        (name -> password) beside the plain one, to test authenticated clients."""
+        (name -> password) beside the plain one, to test authenticated clients.
+        `advertised_port` makes clients come back through a proxy on that port."""
         # Absolute: the JVM runs in `home`, and the pid check matches the config path.
         self.home = Path(state_dir).expanduser().resolve() / "kafka"
         self.libs_dir = Path(cache_dir).expanduser().resolve() / f"kafka-{KAFKA_VERSION}" / "libs"
         self.port = port
         self.controller_port = controller_port
         self.sasl_port = sasl_port
+        self.advertised_port = advertised_port or port
         self.sasl_users = dict(sasl_users or {})
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -91,7 +94,7 @@ class LocalBroker:
     @property
     def bootstrap(self) -> str:
         """What clients put in bootstrap.servers."""
-        return f"127.0.0.1:{self.port}"
+        return f"127.0.0.1:{self.advertised_port}"
 
     @property
     def data_dir(self) -> Path:
@@ -180,7 +183,7 @@ class LocalBroker:
             "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
             "controller.listener.names": "CONTROLLER",
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.advertised_port}",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             "log.dirs": str(self.data_dir),
@@ -212,7 +215,7 @@ class LocalBroker:
         return {
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},{sasl},"
             f"CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port},{sasl}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.advertised_port},{sasl}",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
             "SASL_PLAINTEXT:SASL_PLAINTEXT",
             "sasl.enabled.mechanisms": "PLAIN",
