@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -68,7 +68,7 @@ class TxProducer:
         )
         self._producer.init_transactions(30)
 
-    def _produce(self, records: Iterable[Record]) -> int:
+    def _produce(self, records: Iterable[Record], on_delivered: Delivered | None = None) -> int:
         n = 0
         for r in records:
             self._producer.produce(
@@ -78,16 +78,20 @@ class TxProducer:
                 partition=r.partition,
                 timestamp=int(r.timestamp.timestamp() * 1000),
                 headers=r.headers or None,
+                on_delivery=None if on_delivered is None else _reporter(on_delivered, r),
             )
             n += 1
             if n % 10_000 == 0:
                 self._producer.poll(0)
         return n
 
-    def begin(self, records: Iterable[Record]) -> int:
-        """Open a transaction and send `records` into it (left open)."""
+    def begin(self, records: Iterable[Record], on_delivered: Delivered | None = None) -> int:
+        """Open a transaction and send `records` into it (left open).
+
+        `on_delivered(record, partition, offset)` is called for each record the broker took.
+        """
         self._producer.begin_transaction()
-        n = self._produce(records)
+        n = self._produce(records, on_delivered)
         self._producer.flush(30)
         return n
 
@@ -97,7 +101,20 @@ class TxProducer:
     def abort(self) -> None:
         self._producer.abort_transaction(30)
 
-    def send(self, records: Iterable[Record], commit: bool = True) -> int:
-        n = self.begin(records)
+    def send(
+        self, records: Iterable[Record], commit: bool = True, on_delivered: Delivered | None = None
+    ) -> int:
+        n = self.begin(records, on_delivered)
         self.commit() if commit else self.abort()
         return n
+
+
+Delivered = Callable[[Record, int, int], None]
+
+
+def _reporter(on_delivered: Delivered, record: Record) -> Callable[[Any, Any], None]:
+    def report(err: Any, msg: Any) -> None:
+        if err is None:
+            on_delivered(record, msg.partition(), msg.offset())
+
+    return report

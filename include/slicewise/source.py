@@ -1,0 +1,185 @@
+"""The event source: a realistic, faulty stream, and an oracle of what it really committed.
+
+    slicewise produce --start 2026-11-22T00:00:00Z --intervals 3 --events 600 \\
+        --duplicate-rate 0.05 --aborted-rate 0.1 --malformed-rate 0.02 \\
+        --open-transactions 1 --skew-minutes 20 --manifest oracle.json
+
+Every record goes through an idempotent, transactional producer. Faults on
+request: duplicates (an event_id sent again later, to the same or another
+partition, possibly in a later interval), aborted transactions, long-open
+transactions (opened first, committed after everything else), malformed
+payloads, and Kafka timestamps skewed away from `occurred_at`. The manifest is
+the yardstick for the pipeline: the event_ids committed and valid, the aborted
+ones, and the exact (partition, offset) of every malformed record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from slicewise.config import Settings, load_settings
+from slicewise.kafka.producer import Record, TxProducer, ensure_topic, event_value
+
+MALFORMED = [
+    b"{not json",
+    b"[1, 2, 3]",
+    b'{"event_type": "click"}',
+    b'{"event_id": "  ", "event_type": "x"}',
+    b'{"event_id": 42, "event_type": "x", "occurred_at": "2026-01-01T00:00:00Z"}',
+    b'{"event_id": "m", "event_type": "x", "occurred_at": "2026-01-01 00:00"}',
+    b"\xff\xfe",
+]
+TYPES = ["page_view", "click", "purchase", "signup"]
+
+
+@dataclass
+class Manifest:
+    topic: str
+    committed_valid: set[str] = field(default_factory=set)
+    aborted: set[str] = field(default_factory=set)
+    malformed: set[tuple[int, int]] = field(default_factory=set)
+    records_sent: int = 0
+    duplicates_sent: int = 0
+
+    def to_json(self) -> str:
+        doc = asdict(self)
+        for key in ("committed_valid", "aborted", "malformed"):
+            doc[key] = sorted(doc[key])
+        return json.dumps(doc, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        doc = json.loads(text)
+        doc["committed_valid"] = set(doc["committed_valid"])
+        doc["aborted"] = set(doc["aborted"])
+        doc["malformed"] = {tuple(m) for m in doc["malformed"]}
+        return cls(**doc)
+
+
+@dataclass(frozen=True)
+class Faults:
+    duplicate_rate: float = 0.05
+    aborted_rate: float = 0.1
+    malformed_rate: float = 0.02
+    open_transactions: int = 1
+    skew_minutes: int = 0
+
+
+def produce(
+    settings: Settings,
+    start: datetime,
+    intervals: int,
+    events: int,
+    faults: Faults,
+    partitions: int = 3,
+    rate: float = 0.0,
+    seed: int = 0,
+    batch: int = 50,
+) -> Manifest:
+    """Send `events` new events spread over `intervals` hours from `start`; return the oracle."""
+    rng = random.Random(seed)
+    conf = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka_props}
+    ensure_topic(conf, settings.topic, partitions)
+    manifest = Manifest(settings.topic)
+    run = f"{seed}-{time.time_ns()}"  # transactional ids of one run never fence another's
+    main = TxProducer(conf, settings.topic, f"source-{run}")
+
+    def record(event_id: str, at: datetime) -> Record:
+        skew = timedelta(minutes=rng.uniform(-1, 1) * faults.skew_minutes)
+        return Record(
+            event_value(event_id, at, rng.choice(TYPES), {"n": rng.randint(1, 500)}),
+            rng.randrange(partitions),
+            at + skew,  # Kafka's timestamp, which decides the slice
+            key=event_id.encode(),
+        )
+
+    def at_random(k: int) -> datetime:
+        return start + timedelta(hours=k, seconds=rng.randrange(3600))
+
+    def malformed_at(rec: Record, partition: int, offset: int) -> None:
+        manifest.malformed.add((partition, offset))
+
+    late: list[tuple[TxProducer, set[str]]] = []
+    for i in range(faults.open_transactions):  # opened first, committed last
+        ids = {f"late-{i}-{j}" for j in range(10)}
+        producer = TxProducer(conf, settings.topic, f"source-{run}-late-{i}")
+        producer.begin([record(e, at_random(0)) for e in sorted(ids)])
+        manifest.records_sent += len(ids)
+        late.append((producer, ids))
+
+    sent: list[str] = []
+    per_interval = max(1, events // intervals)
+    for k in range(intervals):
+        for first in range(0, per_interval, batch):
+            ids = [f"evt-{k}-{n}" for n in range(first, min(first + batch, per_interval))]
+            records = [record(e, at_random(k)) for e in ids]
+            repeats = sum(rng.random() < faults.duplicate_rate for _ in ids)
+            again = rng.sample(sent, min(repeats, len(sent)))
+            records += [record(e, at_random(k)) for e in again]  # same id, later, any partition
+            bad = [
+                Record(rng.choice(MALFORMED), rng.randrange(partitions), at_random(k))
+                for _ in ids
+                if rng.random() < faults.malformed_rate
+            ]
+            if rng.random() < faults.aborted_rate:
+                main.send(records + bad, commit=False)
+                manifest.aborted.update(ids)
+            else:
+                main.send(records, commit=True)
+                if bad:
+                    main.send(bad, commit=True, on_delivered=malformed_at)
+                manifest.committed_valid.update(ids)
+                sent.extend(ids)
+                manifest.duplicates_sent += len(again)
+            manifest.records_sent += len(records) + len(bad)
+            if rate:
+                time.sleep((len(records) + len(bad)) / rate)
+    for producer, ids in late:
+        producer.commit()
+        manifest.committed_valid.update(ids)
+    return manifest
+
+
+def add_arguments(parser: argparse.ArgumentParser, instant: Callable[[str], datetime]) -> None:
+    """The `slicewise produce` options; `instant` parses a zoned ISO-8601 time."""
+    parser.add_argument("--start", type=instant, required=True, help="first interval's start")
+    parser.add_argument("--intervals", type=int, default=3, help="hours of events (default 3)")
+    parser.add_argument("--events", type=int, default=600, help="new events in all (default 600)")
+    parser.add_argument("--partitions", type=int, default=3, help="if the topic is created")
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="records/s; 0 = as fast as possible"
+    )
+    parser.add_argument("--duplicate-rate", type=float, default=0.05)
+    parser.add_argument("--aborted-rate", type=float, default=0.1)
+    parser.add_argument("--malformed-rate", type=float, default=0.02)
+    parser.add_argument("--open-transactions", type=int, default=1)
+    parser.add_argument("--skew-minutes", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--manifest", type=Path, required=True, help="where to write the oracle")
+
+
+def run(args: argparse.Namespace, settings: Settings | None = None) -> int:
+    settings = settings or load_settings()
+    faults = Faults(
+        args.duplicate_rate, args.aborted_rate, args.malformed_rate,
+        args.open_transactions, args.skew_minutes,
+    )  # fmt: skip
+    manifest = produce(
+        settings, args.start, args.intervals, args.events, faults,
+        args.partitions, args.rate, args.seed,
+    )  # fmt: skip
+    args.manifest.write_text(manifest.to_json())
+    print(
+        f"{manifest.records_sent} records to {settings.topic}: {len(manifest.committed_valid)} "
+        f"committed valid events, {manifest.duplicates_sent} duplicates, "
+        f"{len(manifest.aborted)} aborted, {len(manifest.malformed)} malformed; "
+        f"oracle in {args.manifest}"
+    )
+    return 0
