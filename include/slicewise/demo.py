@@ -25,6 +25,7 @@ from slicewise.config import Settings, load_settings
 from slicewise.kafka.broker import LocalBroker
 from slicewise.kafka.producer import Record, TxProducer, ensure_topic, event_value
 from slicewise.ledger import Ledger
+from slicewise.source import MALFORMED
 
 INTERVALS = 3
 EVENTS_PER_INTERVAL = 300
@@ -43,16 +44,6 @@ class Oracle:
     aborted: set[str] = field(default_factory=set)
     malformed: int = 0
     duplicates_sent: int = 0
-
-
-MALFORMED = [
-    b"{not json",
-    b"[1, 2, 3]",
-    b'{"event_type": "click"}',
-    b'{"event_id": "  ", "event_type": "x"}',
-    b'{"event_id": 42, "event_type": "x", "occurred_at": "2026-01-01T00:00:00Z"}',
-    b"\xff\xfe",
-]
 
 
 def produce_stream(settings: Settings, start: datetime, rng: random.Random) -> Oracle:
