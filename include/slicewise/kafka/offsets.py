@@ -7,10 +7,11 @@ the end of what may be read without cutting through an undecided transaction.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Mapping
 from datetime import datetime
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from slicewise.config import Settings
@@ -33,14 +34,19 @@ class TopicOffsets:
         self.timeout = timeout
         self._bootstrap = settings.bootstrap_servers
         self._props = dict(settings.kafka_props)
-        self._admin = AdminClient(client_conf(settings))
+        # librdkafka reports why it could not connect (bad credentials, TLS) only here.
+        self._errors: deque[KafkaError] = deque(maxlen=20)
+        self._admin = AdminClient({**client_conf(settings), "error_cb": self._errors.append})
 
     def partitions(self) -> list[int]:
         try:
             metadata = self._admin.list_topics(self.topic, timeout=self.timeout)
         except KafkaException as exc:
+            self._admin.poll(0)  # serves error_cb
+            auth = [e for e in self._errors if e.code() == KafkaError._AUTHENTICATION]
             raise KafkaUnavailable(
-                f"Kafka at {self._bootstrap} did not answer ({exc}); check SLICEWISE_KAFKA_BOOTSTRAP, "
+                f"Kafka at {self._bootstrap} did not answer ({auth[0].str() if auth else exc}); "
+                "check SLICEWISE_KAFKA_BOOTSTRAP, "
                 "the credentials (SLICEWISE_KAFKA_CONN_ID or SLICEWISE_KAFKA_PROP_*) and the "
                 "broker, then retry the task: nothing was written."
             ) from exc
