@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: help bootstrap demo test test-unit lint fmt broker-start broker-stop status airflow-ui spark-cluster lock clean
+.PHONY: help bootstrap demo test test-unit chaos lint fmt broker-start broker-stop status airflow-ui spark-cluster lock clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -21,6 +21,9 @@ test: bootstrap ## run lint and every test (starts the real broker, Spark, Delta
 
 test-unit: bootstrap ## only the fast unit tests (no broker)
 	@$(VENV)/python -m pytest tests/unit
+
+chaos: bootstrap ## the chaos suite in full: 20 randomized runs per scenario (CI runs 1)
+	@SLICEWISE_CHAOS_RUNS=$${SLICEWISE_CHAOS_RUNS:-20} $(VENV)/python -m pytest tests/integration/test_chaos.py
 
 lint: bootstrap ## ruff lint (with Airflow AIR3 rules) and format check
 	@$(VENV)/ruff check .

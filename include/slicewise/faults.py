@@ -9,11 +9,16 @@ looks like. Nothing sets the variable in production.
 
 Points: plan.resolved, bronze.committed, silver.quarantined, silver.merged,
 gate.validated, publish.gold_written, announce.recorded.
+
+`SLICEWISE_FAULT_ACTION=kill` (the chaos suite) sends SIGKILL to the whole process
+group instead: a `spark-submit` started in its own session dies like a driver under
+`kill -9`, with no `finally`, no shutdown hook and no exit code of its own.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 
 from slicewise.config import ConfigError, Settings
 
@@ -37,6 +42,9 @@ def fault_point(point: str, settings: Settings, slice_id: str) -> None:
     wanted = {p.strip() for p in os.environ.get("SLICEWISE_FAULTS", "").split(",") if p.strip()}
     if unknown := wanted.difference(POINTS):
         raise ConfigError(f"SLICEWISE_FAULTS names unknown points {sorted(unknown)}; use {POINTS}.")
+    action = os.environ.get("SLICEWISE_FAULT_ACTION", "raise")
+    if action not in ("raise", "kill"):
+        raise ConfigError(f"SLICEWISE_FAULT_ACTION={action!r}; use 'raise' or 'kill'.")
     if point not in wanted:
         return
     marker = settings.state_dir / "faults" / f"{point}-{slice_id}"
@@ -44,4 +52,6 @@ def fault_point(point: str, settings: Settings, slice_id: str) -> None:
         return
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.touch()
+    if action == "kill":
+        os.killpg(os.getpgrp(), signal.SIGKILL)
     raise InjectedFault(f"injected fault at {point} for slice {slice_id} (SLICEWISE_FAULTS)")

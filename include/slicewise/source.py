@@ -2,13 +2,15 @@
 
     slicewise produce --start 2026-11-22T00:00:00Z --intervals 3 --events 600 \\
         --duplicate-rate 0.05 --aborted-rate 0.1 --malformed-rate 0.02 \\
-        --open-transactions 1 --skew-minutes 20 --manifest oracle.json
+        --open-transactions 1 --skew-minutes 20 --drift-rate 0.05 --manifest oracle.json
 
 Every record goes through an idempotent, transactional producer. Faults on
 request: duplicates (an event_id sent again later, to the same or another
 partition, possibly in a later interval), aborted transactions, long-open
 transactions (opened first, committed after everything else), malformed
-payloads, and Kafka timestamps skewed away from `occurred_at`. The manifest is
+payloads (including fields that changed type), valid events with a field the
+contract does not know (schema drift), and Kafka timestamps skewed away from
+`occurred_at`. The manifest is
 the yardstick for the pipeline: the event_ids committed and valid, the aborted
 ones, and the exact (partition, offset) of every malformed record.
 """
@@ -35,6 +37,9 @@ MALFORMED = [
     b'{"event_id": 42, "event_type": "x", "occurred_at": "2026-01-01T00:00:00Z"}',
     b'{"event_id": "m", "event_type": "x", "occurred_at": "2026-01-01 00:00"}',
     b"\xff\xfe",
+    # Schema drift that breaks the contract: a field changed its type.
+    b'{"event_id": "t1", "event_type": "x", "occurred_at": 1795390000}',
+    b'{"event_id": "t2", "event_type": "x", "occurred_at": "2026-01-01T00:00:00Z", "payload": "s"}',
 ]
 TYPES = ["page_view", "click", "purchase", "signup"]
 
@@ -70,6 +75,7 @@ class Faults:
     malformed_rate: float = 0.02
     open_transactions: int = 1
     skew_minutes: int = 0
+    drift_rate: float = 0.0  # valid events that carry a field the contract does not know
 
 
 def produce(
@@ -93,8 +99,12 @@ def produce(
 
     def record(event_id: str, at: datetime) -> Record:
         skew = timedelta(minutes=rng.uniform(-1, 1) * faults.skew_minutes)
+        value = event_value(event_id, at, rng.choice(TYPES), {"n": rng.randint(1, 500)})
+        drifted = faults.drift_rate and rng.random() < faults.drift_rate
+        if drifted:  # schema drift that stays within the contract: a new field
+            value = json.dumps({**json.loads(value), "schema_version": 2}).encode()
         return Record(
-            event_value(event_id, at, rng.choice(TYPES), {"n": rng.randint(1, 500)}),
+            value,
             rng.randrange(partitions),
             at + skew,  # Kafka's timestamp, which decides the slice
             key=event_id.encode(),
@@ -161,6 +171,7 @@ def add_arguments(parser: argparse.ArgumentParser, instant: Callable[[str], date
     parser.add_argument("--malformed-rate", type=float, default=0.02)
     parser.add_argument("--open-transactions", type=int, default=1)
     parser.add_argument("--skew-minutes", type=int, default=0)
+    parser.add_argument("--drift-rate", type=float, default=0.0, help="events with a new field")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--manifest", type=Path, required=True, help="where to write the oracle")
 
@@ -169,7 +180,7 @@ def run(args: argparse.Namespace, settings: Settings | None = None) -> int:
     settings = settings or load_settings()
     faults = Faults(
         args.duplicate_rate, args.aborted_rate, args.malformed_rate,
-        args.open_transactions, args.skew_minutes,
+        args.open_transactions, args.skew_minutes, args.drift_rate,
     )  # fmt: skip
     manifest = produce(
         settings, args.start, args.intervals, args.events, faults,

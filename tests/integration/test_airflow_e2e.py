@@ -66,12 +66,12 @@ def tables(spark, settings) -> dict[str, list[tuple]]:
     }
 
 
-def produce_hour(producer, start) -> None:
+def produce_hour(producer, start, prefix: str = "e") -> None:
     """20 valid events, a cross-partition duplicate, a malformed record, an aborted one."""
     ts = start + timedelta(minutes=10)
     producer.send(
-        [Record(event_value(f"e{i}", ts), i % 3, ts) for i in range(20)]
-        + [Record(event_value("e1", ts), 2, ts), Record(b"not json", 0, ts)]
+        [Record(event_value(f"{prefix}{i}", ts), i % 3, ts) for i in range(20)]
+        + [Record(event_value(f"{prefix}1", ts), 2, ts), Record(b"not json", 0, ts)]
     )
     producer.send([Record(event_value("aborted", ts), 0, ts)], commit=False)
 
@@ -79,9 +79,8 @@ def produce_hour(producer, start) -> None:
 def end_to_end(spark, settings, producer, run_dag, events_of) -> None:
     """One interval through the whole DAG, a rerun that changes nothing, a gate that blocks.
 
-    `run_dag(logical_date)` runs the DAG (in-process or by the CLI, on any Spark master and
-    metadata DB) and returns each task's state; `events_of(slice_id)` lists the extras of
-    the silver Asset events Airflow stored for that slice.
+    `run_dag(logical_date)` runs the DAG and returns each task's state; `events_of(slice_id)`
+    lists the extras of the silver Asset events Airflow stored for that slice.
     """
     start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
     produce_hour(producer, start)

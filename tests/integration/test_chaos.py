@@ -1,0 +1,294 @@
+"""Chaos: kill -9, zombie attempts and broker restarts at every step, against an oracle.
+
+Each run produces a faulty stream with `slicewise.source` (duplicates, aborted and
+long-open transactions, poison records, fields that changed type, new fields) on the
+suite's own broker and takes one slice through the steps as Airflow runs them, one
+process per attempt: `slicewise plan`, then `spark-submit spark_jobs/<step>.py`, each
+in its own session so that SIGKILL takes the whole driver (JVM and Python) at once.
+After the chaos, retries run until the step succeeds, and the tables are compared
+with the oracle: silver holds exactly the committed valid event_ids, once each;
+quarantine holds exactly the malformed offsets; the counts reconcile (the gate
+passed) and gold counts every silver row once.
+
+    make chaos                       # SLICEWISE_CHAOS_RUNS=20 runs per scenario
+    SLICEWISE_CHAOS_RUNS=3 .venv/bin/python -m pytest tests/integration/test_chaos.py
+    SLICEWISE_CHAOS_SEED=1234 ...    # replay a failed run's choices (its seed is in the failure)
+
+`make test` (and so CI) runs one run of the mixed scenario (a random strike per step).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from slicewise.airflow_env import VENV_BIN, airflow_env
+from slicewise.config import REPO_ROOT, Settings, load_settings
+from slicewise.faults import POINTS
+from slicewise.kafka.broker import LocalBroker, free_ports
+from slicewise.ledger import Ledger
+from slicewise.source import Faults, Manifest, produce
+from slicewise.spark import spark_conf
+
+pytestmark = pytest.mark.integration
+
+RUNS = int(os.environ.get("SLICEWISE_CHAOS_RUNS", "1"))
+STEPS = ("plan", "bronze", "silver", "gate", "publish")
+KILLED = -signal.SIGKILL  # Popen.returncode of a process that died of SIGKILL
+FAULTS = Faults(duplicate_rate=0.05, aborted_rate=0.1, malformed_rate=0.03, drift_rate=0.05)
+ATTEMPTS = 4  # silver has two fault points, so it may need a third try; one spare
+
+
+@dataclass
+class Row:
+    scenario: str
+    runs: int = 0
+    struck: int = 0  # attempts killed, frozen as zombies, or cut off by a broker restart
+    events: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    unexpected: int = 0  # in silver but never committed (e.g. from an aborted transaction)
+    quarantined: int = 0
+    quarantine_wrong: int = 0  # malformed offsets missing from quarantine, or extra ones
+
+
+class Slice:
+    """One slice of one run: its settings, its broker, its interval, and a log per attempt."""
+
+    def __init__(self, settings: Settings, broker: LocalBroker, start: datetime, logs: Path):
+        self.settings, self.broker, self.start, self.logs = settings, broker, start, logs
+        self.env = airflow_env(settings, spark_master="local[2]")
+        self.slice_id = ""
+        self.attempts = 0
+
+    def launch(self, step: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+        """One attempt of a step as Airflow would start it, in a process group of its own."""
+        if step == "plan":
+            end = self.start + timedelta(hours=1)
+            cmd = [str(VENV_BIN / "slicewise"), "plan", "--start", self.start.isoformat()]
+            cmd += ["--end", end.isoformat()]
+        else:
+            cmd = [str(VENV_BIN / "spark-submit"), "--master", "local[2]"]
+            for key, value in spark_conf(self.settings).items():
+                cmd += ["--conf", f"{key}={value}"]
+            cmd += [str(REPO_ROOT / "spark_jobs" / f"{step}.py"), "--slice-id", self.slice_id]
+        self.attempts += 1
+        log = open(self.logs / f"{self.attempts:02d}-{step}.log", "w")  # noqa: SIM115
+        proc = subprocess.Popen(
+            cmd,
+            env={**self.env, **(extra_env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()  # the child holds its own descriptor
+        return proc
+
+    def outlives(self, proc: subprocess.Popen, seconds: float) -> bool:
+        """True if `proc` is still running after `seconds` (so chaos can strike)."""
+        try:
+            proc.wait(timeout=seconds)
+            return False
+        except subprocess.TimeoutExpired:
+            return True
+
+    def done(self, step: str) -> None:
+        if step == "plan":
+            [self.slice_id] = [s.slice_id for s in self.ledger().slices()]
+
+    def retry_until_done(self, step: str, extra_env: dict[str, str] | None = None) -> int:
+        """Attempts until one succeeds (what Airflow's retries do); returns how many were killed."""
+        killed = 0
+        for _ in range(ATTEMPTS):
+            code = self.launch(step, extra_env).wait(timeout=900)
+            if code == 0:
+                self.done(step)
+                return killed
+            killed += code == KILLED
+        log = sorted(self.logs.glob(f"*-{step}.log"))[-1].read_text()[-3000:]
+        raise AssertionError(f"{step} failed {ATTEMPTS} times in a row; last log:\n{log}")
+
+    def ledger(self) -> Ledger:
+        return Ledger(self.settings.ledger_dir, self.settings.topic)
+
+
+def strike_after(rng: random.Random, step: str) -> float:
+    """A random moment in a step's first attempt: planning takes seconds, Spark steps tens."""
+    return rng.uniform(1, 4) if step == "plan" else rng.uniform(3, 35)
+
+
+# A strike: one step of the slice under one kind of chaos, run until the step is done;
+# returns how many attempts it struck (killed, frozen, or cut off by a broker restart).
+Strike = Callable[[Slice, str, random.Random], int]
+
+
+def kill_at_boundary(sl: Slice, step: str, rng: random.Random) -> int:
+    """SIGKILL right after the step's write committed and before it was recorded."""
+    env = {"SLICEWISE_FAULTS": ",".join(POINTS), "SLICEWISE_FAULT_ACTION": "kill"}
+    return sl.retry_until_done(step, env)
+
+
+def kill_mid_step(sl: Slice, step: str, rng: random.Random) -> int:
+    """SIGKILL the first attempt at a random moment, often in the middle of a write."""
+    first = sl.launch(step)
+    struck = sl.outlives(first, strike_after(rng, step))
+    if struck:
+        os.killpg(first.pid, signal.SIGKILL)
+    if first.wait() == 0:
+        sl.done(step)
+    else:
+        sl.retry_until_done(step)
+    return int(struck)
+
+
+def zombie(sl: Slice, step: str, rng: random.Random) -> int:
+    """The first attempt freezes (SIGSTOP) at a random moment; its retry runs to the end;
+    then the zombie wakes up (SIGCONT) and finishes whatever it was doing."""
+    first = sl.launch(step)
+    struck = sl.outlives(first, strike_after(rng, step))
+    if struck:
+        os.killpg(first.pid, signal.SIGSTOP)
+        sl.retry_until_done(step)
+        os.killpg(first.pid, signal.SIGCONT)
+        first.wait(timeout=900)  # a no-op success or a clean failure: either is fine
+    elif first.returncode == 0:
+        sl.done(step)
+    else:
+        sl.retry_until_done(step)
+    return int(struck)
+
+
+def broker_restart(sl: Slice, step: str, rng: random.Random) -> int:
+    """The broker restarts (SIGTERM, then up again on the same data) while a step that reads
+    Kafka (plan, bronze) runs; if the attempt failed, it is retried."""
+    first = sl.launch(step)
+    struck = step in ("plan", "bronze") and sl.outlives(first, strike_after(rng, step))
+    if struck:
+        sl.broker.stop()
+        sl.broker.start(timeout=120)
+    if first.wait(timeout=900) == 0:
+        sl.done(step)
+    else:
+        sl.retry_until_done(step)
+    return int(struck)
+
+
+STRIKES: dict[str, Strike] = {
+    "kill -9 at every step boundary": kill_at_boundary,
+    "kill -9 mid-step (random)": kill_mid_step,
+    "zombie attempt outlives its retry": zombie,
+    "broker restart mid-step": broker_restart,
+}
+MIXED = "mixed: a random strike per step"
+# `make chaos` runs every scenario; `make test` (CI) one randomized run of the mixed one.
+SCENARIOS = [*STRIKES, MIXED] if "SLICEWISE_CHAOS_RUNS" in os.environ else [MIXED]
+
+
+def strike(scenario: str, sl: Slice, rng: random.Random) -> int:
+    struck = 0
+    for step in STEPS:
+        kind = rng.choice(list(STRIKES)) if scenario == MIXED else scenario
+        struck += STRIKES[kind](sl, step, rng)
+    return struck
+
+
+@pytest.fixture(scope="module")
+def chaos_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    """A broker of the suite's own, which it may restart without disturbing other tests."""
+    port, controller_port = free_ports(2)
+    broker = LocalBroker(
+        tmp_path_factory.mktemp("chaos-kafka"),
+        load_settings().cache_dir,
+        port=port,
+        controller_port=controller_port,
+    )
+    broker.start(timeout=120)
+    yield broker
+    broker.stop()
+
+
+def render(rows: list[Row]) -> str:
+    lines = [
+        "",
+        "| scenario | runs | struck | events | lost | duplicated | unexpected | quarantined |",
+        "|" + "---|" * 8,
+    ]
+    for r in rows:
+        wrong = f" ({r.quarantine_wrong} wrong)" if r.quarantine_wrong else ""
+        lines.append(
+            f"| {r.scenario} | {r.runs} | {r.struck} | {r.events} | {r.lost} | "
+            f"{r.duplicated} | {r.unexpected} | {r.quarantined}{wrong} |"
+        )
+    return "\n".join(lines)
+
+
+TABLE: list[Row] = []  # one row per scenario of this session, printed after each
+
+
+def compare_with_oracle(spark, sl: Slice, manifest: Manifest, row: Row) -> None:
+    table = sl.settings.table
+    silver = [r.event_id for r in spark.read.format("delta").load(table("silver")).collect()]
+    quarantine = [
+        (r.partition, r.offset)
+        for r in spark.read.format("delta").load(table("quarantine")).collect()
+    ]
+    gold = spark.read.format("delta").load(table("gold_events_per_hour"))
+    row.events += len(manifest.committed_valid)
+    row.lost += len(manifest.committed_valid - set(silver))
+    row.duplicated += len(silver) - len(set(silver))
+    row.unexpected += len(set(silver) - manifest.committed_valid)
+    row.quarantined += len(quarantine)
+    row.quarantine_wrong += len(set(quarantine) ^ manifest.malformed) + (
+        len(quarantine) - len(set(quarantine))
+    )
+    assert sl.ledger().step(sl.slice_id, "gate")["success"], "the counts did not reconcile"
+    assert gold.agg(F.sum("events")).first()[0] == len(silver), "gold does not count silver"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_chaos_loses_and_duplicates_nothing(spark, chaos_broker, tmp_path, capsys, scenario):
+    row = Row(scenario)
+    TABLE.append(row)
+    try:
+        strike_runs(spark, chaos_broker, tmp_path, scenario, row)
+    finally:
+        with capsys.disabled():
+            print(render(TABLE))
+
+
+def strike_runs(spark, chaos_broker: LocalBroker, tmp_path: Path, scenario: str, row: Row) -> None:
+    first_seed = int(os.environ.get("SLICEWISE_CHAOS_SEED") or random.randrange(2**32))
+    for run in range(RUNS):
+        seed = first_seed + run
+        rng = random.Random(seed)
+        state = tmp_path / f"run-{run}"
+        settings = load_settings(
+            {
+                **os.environ,
+                "SLICEWISE_KAFKA_BOOTSTRAP": chaos_broker.bootstrap,
+                "SLICEWISE_TOPIC": f"chaos-{uuid.uuid4().hex[:8]}",
+                "SLICEWISE_STATE_DIR": str(state),
+                "SLICEWISE_LAKEHOUSE": str(state / "lakehouse"),
+            }
+        )
+        start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+        manifest = produce(settings, start, intervals=1, events=300, faults=FAULTS, seed=seed)
+        logs = state / "logs"
+        logs.mkdir(parents=True)
+        sl = Slice(settings, chaos_broker, start, logs)
+        row.struck += strike(scenario, sl, rng)
+        row.runs += 1
+        compare_with_oracle(spark, sl, manifest, row)
+        assert (row.lost, row.duplicated, row.unexpected, row.quarantine_wrong) == (0, 0, 0, 0), (
+            f"run {run} (seed {seed}, logs in {logs}): {row}"
+        )
