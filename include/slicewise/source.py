@@ -10,9 +10,9 @@ partition, possibly in a later interval), aborted transactions, long-open
 transactions (opened first, committed after everything else), malformed
 payloads (including fields that changed type), valid events with a field the
 contract does not know (schema drift), and Kafka timestamps skewed away from
-`occurred_at`. The manifest is
-the yardstick for the pipeline: the event_ids committed and valid, the aborted
-ones, and the exact (partition, offset) of every malformed record.
+`occurred_at`. The manifest is the yardstick for the pipeline: the event_ids
+committed and valid, the aborted ones, and the exact (partition, offset) of every
+malformed record.
 """
 
 from __future__ import annotations
