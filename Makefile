@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: help bootstrap demo test test-unit chaos lint fmt broker-start broker-stop status airflow-ui spark-cluster lock clean
+.PHONY: help bootstrap demo test test-unit chaos bench lint fmt broker-start broker-stop status airflow-ui spark-cluster lock clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -24,6 +24,9 @@ test-unit: bootstrap ## only the fast unit tests (no broker)
 
 chaos: bootstrap ## the chaos suite in full: 20 randomized runs per scenario (CI runs 1)
 	@SLICEWISE_CHAOS_RUNS=$${SLICEWISE_CHAOS_RUNS:-20} $(VENV)/python -m pytest tests/integration/test_chaos.py
+
+bench: bootstrap ## the benchmark (W0-W3 side by side, ~30 min): table, raw numbers and plot in bench/results/
+	@$(VENV)/python bench/run.py $(BENCH_ARGS)
 
 lint: bootstrap ## ruff lint (with Airflow AIR3 rules) and format check
 	@$(VENV)/ruff check .

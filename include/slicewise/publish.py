@@ -18,8 +18,9 @@ from pyspark.sql import functions as F
 from slicewise.config import Settings
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
-from slicewise.tables import BRONZE, SILVER, read_table
-from slicewise.transforms import parse_events, valid_events
+from slicewise.reconcile import parsed_slice
+from slicewise.tables import SILVER, read_table
+from slicewise.transforms import valid_events
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +49,8 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
             f"slice {slice_id}: the gate has not passed (ledger: {gate}); run the gate first, "
             "nothing was published."
         )
-    bronze = read_table(spark, settings.table("bronze"), BRONZE).where(
-        F.col("slice_id") == slice_id
-    )
-    events = valid_events(parse_events(bronze, settings.max_value_bytes))
+    parsed = parsed_slice(spark, settings, slice_id)
+    events = valid_events(parsed)
     # The hours to rebuild are the whole dedup-horizon window of the slice, not only
     # its own hours: its MERGE may have replaced a stored copy by an earlier-positioned
     # one with another occurred_at, moving that event out of an hour published before.
@@ -68,6 +67,7 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
             hour_fmt,
         ).alias("hi"),
     ).first()
+    parsed.unpersist()
     gold_path = settings.table("gold_events_per_hour")
     hours: list[str] = []
     if span is not None and span["lo"] is not None:

@@ -58,16 +58,31 @@ def silver_window(
     return silver.where(F.col("event_date").between(F.lit(lo), F.lit(hi)))
 
 
-def slice_counts(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCounts:
-    from slicewise.silver import horizon_window  # circular at import time otherwise
+def parsed_slice(spark: SparkSession, settings: Settings, slice_id: str) -> DataFrame:
+    """The slice's bronze rows, parsed once and cached; the caller unpersists.
 
+    Every step filters them (valid, quarantined) several times. Uncached, Spark
+    pushes each filter on `reason` below the parse and evaluates it inline, which
+    costs several parses per row (see `parse_events`).
+    """
     bronze = read_table(spark, settings.table("bronze"), BRONZE).where(
         F.col("slice_id") == slice_id
     )
+    return parse_events(bronze, settings.max_value_bytes).cache()
+
+
+def slice_counts(
+    spark: SparkSession, settings: Settings, slice_id: str, parsed: DataFrame | None = None
+) -> SliceCounts:
+    """Counts from the tables; `parsed` is the step's own `parsed_slice`, if it has one."""
+    from slicewise.silver import horizon_window  # circular at import time otherwise
+
+    own = parsed is None
+    parsed = parsed_slice(spark, settings, slice_id) if parsed is None else parsed
     quarantine = read_table(spark, settings.table("quarantine"), QUARANTINE).where(
         F.col("slice_id") == slice_id
     )
-    valid = valid_events(parse_events(bronze, settings.max_value_bytes)).cache()
+    valid = valid_events(parsed)
     window = silver_window(spark, settings, horizon_window(valid, settings.dedup_horizon_days))
 
     ids = valid.groupBy("event_id").count()
@@ -82,12 +97,14 @@ def slice_counts(spark: SparkSession, settings: Settings, slice_id: str) -> Slic
         ).alias("elsewhere"),
         F.sum(F.when(F.col("owner").isNull(), 1).otherwise(0)).alias("missing"),
     ).first()
-    valid.unpersist()
+    read = parsed.count()
+    if own:
+        parsed.unpersist()
     valid_rows = int(agg["valid"] or 0)
     distinct_ids = int(agg["distinct_ids"] or 0) if valid_rows else 0
     return SliceCounts(
         slice_id=slice_id,
-        read=bronze.count(),
+        read=read,
         quarantined=quarantine.count(),
         duplicates_in_slice=valid_rows - distinct_ids,
         inserted=int(agg["inserted"] or 0),

@@ -12,14 +12,12 @@ import logging
 from dataclasses import asdict
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from slicewise.config import Settings
 from slicewise.ledger import Ledger
-from slicewise.reconcile import SliceCounts, slice_counts
+from slicewise.reconcile import SliceCounts, parsed_slice, slice_counts
 from slicewise.silver import horizon_window, merge_into_silver
-from slicewise.tables import BRONZE, read_table
-from slicewise.transforms import dedup_within, parse_events, quarantined, valid_events
+from slicewise.transforms import dedup_within, quarantined, valid_events
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +25,7 @@ log = logging.getLogger(__name__)
 def run_replay(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCounts:
     ledger = Ledger(settings.ledger_dir, settings.topic)
     ledger.load_slice(slice_id)  # fails clearly if the slice is unknown
-    bronze = read_table(spark, settings.table("bronze"), BRONZE).where(
-        F.col("slice_id") == slice_id
-    )
-    parsed = parse_events(bronze, settings.max_value_bytes).cache()
+    parsed = parsed_slice(spark, settings, slice_id)
     events = dedup_within(valid_events(parsed))
     window = horizon_window(events, settings.dedup_horizon_days)
     if window is not None:
@@ -42,8 +37,8 @@ def run_replay(spark: SparkSession, settings: Settings, slice_id: str) -> SliceC
         .option("replaceWhere", f"slice_id = '{slice_id}'")
         .save(settings.table("quarantine"))
     )
+    counts = slice_counts(spark, settings, slice_id, parsed)
     parsed.unpersist()
-    counts = slice_counts(spark, settings, slice_id)
     ledger.record_step(slice_id, "replay", asdict(counts))
     log.info("replayed quarantine of %s: %s", slice_id, counts.describe())
     return counts

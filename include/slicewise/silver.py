@@ -24,9 +24,9 @@ from pyspark.sql import functions as F
 from slicewise.config import Settings
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
-from slicewise.reconcile import SliceCounts, slice_counts
-from slicewise.tables import BRONZE, SILVER, read_table, retry_on_conflict
-from slicewise.transforms import EARLIER_SQL, dedup_within, parse_events, quarantined, valid_events
+from slicewise.reconcile import SliceCounts, parsed_slice, slice_counts
+from slicewise.tables import SILVER, retry_on_conflict
+from slicewise.transforms import EARLIER_SQL, dedup_within, quarantined, valid_events
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +98,7 @@ def run_silver(spark: SparkSession, settings: Settings, slice_id: str) -> SliceC
 def _silver(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCounts:
     ledger = Ledger(settings.ledger_dir, settings.topic)
     sl = ledger.load_slice(slice_id)
-    bronze = read_table(spark, settings.table("bronze"), BRONZE).where(
-        F.col("slice_id") == slice_id
-    )
-    parsed = parse_events(bronze, settings.max_value_bytes).cache()
+    parsed = parsed_slice(spark, settings, slice_id)
 
     (
         quarantined(parsed)
@@ -121,10 +118,10 @@ def _silver(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCoun
         )
     else:
         ensure_silver(spark, settings.table("silver"))
-    parsed.unpersist()
     fault_point("silver.merged", settings, slice_id)
 
-    counts = slice_counts(spark, settings, slice_id)
+    counts = slice_counts(spark, settings, slice_id, parsed)
+    parsed.unpersist()
     ledger.record_step(slice_id, "silver", asdict(counts))
     log.info("silver %s: %s", sl.describe(), counts.describe())
     if not counts.reconciles:

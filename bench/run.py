@@ -1,0 +1,258 @@
+"""The benchmark: our pipeline side by side with the standard Spark baseline, in one run.
+
+    make bench                                   # .venv/bin/python bench/run.py
+    .venv/bin/python bench/run.py --records 200000 --w3-slice 20000 --scales 1 10
+
+One broker, one topic, one slice of committed offsets (with duplicates, malformed
+records and aborted transactions); every workload reads exactly that slice, each
+in a fresh process (bench/workloads.py). Prints a markdown table and writes it,
+the raw numbers and a plot to bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psutil
+
+from slicewise.airflow_env import VENV_BIN, airflow_env, migrate
+from slicewise.config import REPO_ROOT, Settings, load_settings
+from slicewise.kafka.broker import LocalBroker, free_ports
+from slicewise.kafka.producer import Record, TxProducer, ensure_topic, event_value
+from slicewise.planner import plan_slice
+
+RESULTS = REPO_ROOT / "bench" / "results"
+WORKLOADS = Path(__file__).with_name("workloads.py")
+PARTITIONS = 3
+TARGETS = {  # from the benchmark issue
+    "W2/W1": (">=", 1.0),
+    "W2/W0": (">=", 0.6),
+    "MERGE 100x / 1x": ("<=", 1.2),
+    "gate share of slice time": ("<=", 0.15),
+    "read_committed cost": ("<=", 0.03),
+}
+
+
+class PeakRss:
+    """Peak resident memory of a process and all its descendants (JVMs included)."""
+
+    def __init__(self, pid: int) -> None:
+        self.peak = 0
+        self._root = psutil.Process(pid)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._done.wait(0.25):
+            try:
+                procs = [self._root, *self._root.children(recursive=True)]
+                total = 0
+                for p in procs:
+                    try:
+                        total += p.memory_info().rss
+                    except psutil.Error:
+                        pass
+                self.peak = max(self.peak, total)
+            except psutil.Error:
+                return
+
+    def stop(self) -> int:
+        self._done.set()
+        self._thread.join()
+        return self.peak
+
+
+def run_tree(cmd: list[str], env: dict[str, str], log: Path) -> tuple[float, int, str]:
+    """Run a command, return (wall seconds, peak RSS bytes of its tree, stdout)."""
+    t0 = time.perf_counter()
+    with log.open("w") as err:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        rss = PeakRss(proc.pid)
+        out, _ = proc.communicate()
+    wall, peak = time.perf_counter() - t0, rss.stop()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:3])} failed ({proc.returncode}); see {log}")
+    return wall, peak, out
+
+
+def workload(name: str, params: dict, work: Path) -> dict:
+    print(f"[{datetime.now():%H:%M:%S}] {name} ...", flush=True)
+    wall, peak, out = run_tree(
+        [sys.executable, str(WORKLOADS), name, json.dumps(params)],
+        {**os.environ, "PYSPARK_PYTHON": sys.executable},
+        work / f"{name}.log",
+    )
+    line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+    result = {**json.loads(line[len("RESULT ") :]), "wall": wall, "peak_rss": peak}
+    print(
+        f"[{datetime.now():%H:%M:%S}] {name}: {result.get('seconds', 0):.1f}s of work, "
+        f"{wall:.0f}s wall, peak {peak / 2**20:.0f} MiB",
+        flush=True,
+    )
+    return result
+
+
+def produce(settings: Settings, start: datetime, n: int, rng: random.Random) -> dict:
+    """n committed records in the hour: ~1 % re-sent ids, ~0.1 % malformed; plus aborted ones."""
+    conf = {"bootstrap.servers": settings.bootstrap_servers}
+    ensure_topic(conf, settings.topic, PARTITIONS)
+    producer = TxProducer(conf, settings.topic, "bench")
+    sent = aborted = malformed = 0
+    for batch in range(0, n, 10_000):
+        records = []
+        for i in range(batch, min(n, batch + 10_000)):
+            ts = start + timedelta(seconds=rng.randrange(3600))
+            roll = rng.random()
+            if roll < 0.001:
+                records.append(Record(b'{"event_id": 42', i % PARTITIONS, ts))
+                malformed += 1
+                continue
+            eid = f"e{rng.randrange(max(i, 1))}" if roll < 0.011 else f"e{i}"
+            records.append(Record(event_value(eid, ts, "click", {"i": i}), i % PARTITIONS, ts))
+        producer.send(records)
+        sent += len(records)
+        junk = [
+            Record(event_value(f"x{batch}-{j}", start, "click", {}), j % PARTITIONS, start)
+            for j in range(50)
+        ]
+        producer.send(junk, commit=False)
+        aborted += len(junk)
+    return {"committed": sent, "malformed": malformed, "aborted": aborted}
+
+
+def airflow_run(settings: Settings, start: datetime, work: Path) -> dict:
+    """W2 as it is scheduled: `airflow dags test` (SQLite, one spark-submit per step)."""
+    env = {**airflow_env(settings), "SLICEWISE_GRACE_SECONDS": "0"}
+    migrate(env)
+    end = start + timedelta(hours=1)
+    print(f"[{datetime.now():%H:%M:%S}] w2 through Airflow ...", flush=True)
+    wall, peak, _ = run_tree(
+        [str(VENV_BIN / "airflow"), "dags", "test", "slicewise_pipeline", end.isoformat()],
+        env,
+        work / "w2-airflow.log",
+    )
+    from slicewise.ledger import Ledger
+
+    ledger = Ledger(settings.ledger_dir, settings.topic)
+    (sl,) = ledger.slices()
+    if not (ledger.step(sl.slice_id, "publish") and ledger.step(sl.slice_id, "gate")["success"]):
+        raise SystemExit(f"the DAG run did not publish; see {work / 'w2-airflow.log'}")
+    rows = ledger.step(sl.slice_id, "bronze")["rows"]
+    print(f"[{datetime.now():%H:%M:%S}] w2 through Airflow: {wall:.0f}s", flush=True)
+    return {"seconds": wall, "wall": wall, "peak_rss": peak, "rows": rows}
+
+
+def machine() -> str:
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line),
+        platform.processor(),
+    )
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[
+        0
+    ]
+    import pyspark
+
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {psutil.virtual_memory().total / 2**30:.0f} GiB, "
+        f"{platform.system()} {platform.release()}, {java}, PySpark {pyspark.__version__}, "
+        f"Python {platform.python_version()}, Spark local[*]"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=500_000, help="records in the slice")
+    parser.add_argument("--w3-slice", type=int, default=50_000, help="slice rows for W3")
+    parser.add_argument("--scales", type=int, nargs="+", default=[1, 10, 100])
+    parser.add_argument("--history-days", type=int, default=30, help="days silver's history spans")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=("w0", "w1", "w2", "airflow", "w3"),
+        help="a subset (no report)",
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="slicewise-bench-"))
+    cores = os.cpu_count() or 1
+    port, cport = free_ports(2)
+    broker = LocalBroker(
+        work / "broker", load_settings().cache_dir, port=port, controller_port=cport
+    )
+    broker.start(timeout=120)
+    try:
+
+        def env_for(name: str) -> dict[str, str]:
+            return {
+                "SLICEWISE_KAFKA_BOOTSTRAP": broker.bootstrap,
+                "SLICEWISE_STATE_DIR": str(work / name),
+                "SLICEWISE_TOPIC": "bench",
+                "SLICEWISE_CACHE_DIR": str(load_settings().cache_dir),
+                "SLICEWISE_GRACE_SECONDS": "0",
+            }
+
+        start = (datetime.now(UTC) - timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
+        t0 = time.perf_counter()
+        produced = produce(load_settings(env_for("ref")), start, args.records, random.Random(1))
+        produced["seconds"] = time.perf_counter() - t0
+        sl = plan_slice(load_settings(env_for("ref")), start, start + timedelta(hours=1))
+        ranges = {str(p): list(r) for p, r in sl.ranges.items()}
+        print(f"produced {produced}; {sl.describe()}", flush=True)
+
+        common = {"ranges": ranges, "start": start.isoformat(), "work": str(work)}
+        results: dict = {"produced": produced}
+        chosen = set(args.only or ("w0", "w1", "w2", "airflow", "w3"))
+        for name in ("w0", "w1", "w2"):
+            if name in chosen:
+                results[name] = workload(name, {**common, "env": env_for(name)}, work)
+        if "airflow" in chosen:
+            results["w2_airflow"] = airflow_run(load_settings(env_for("w2-airflow")), start, work)
+        if "w3" in chosen:
+            results["w3"] = workload(
+                "w3",
+                {
+                    **common,
+                    "env": env_for("w3"),
+                    "slice_rows": args.w3_slice,
+                    "scales": args.scales,
+                    "dup_rates": [0.0, 0.01, 0.1],
+                    "history_days": args.history_days,
+                },
+                work,
+            )
+    finally:
+        broker.stop()
+
+    if args.only:
+        print(json.dumps(results, indent=2, default=str))
+        return
+    from report import plot, render  # bench/report.py, beside this script
+
+    results["machine"] = machine()
+    results["when"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    results["cores"] = cores
+    results["args"] = {k: str(v) for k, v in vars(args).items()}
+    table = render(results, TARGETS)
+    print("\n" + table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "latest.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    (args.out / "latest.md").write_text(table + "\n")
+    plot(results, args.out / "latest.png")
+    print(f"\nwritten: {args.out / 'latest.md'}, latest.json, latest.png (work dir {work})")
+
+
+if __name__ == "__main__":
+    main()
