@@ -25,7 +25,7 @@ test-unit: bootstrap ## only the fast unit tests (no broker)
 chaos: bootstrap ## the chaos suite in full: 20 randomized runs per scenario (CI runs 1)
 	@SLICEWISE_CHAOS_RUNS=$${SLICEWISE_CHAOS_RUNS:-20} $(VENV)/python -m pytest tests/integration/test_chaos.py
 
-bench: bootstrap ## the benchmark (W0-W3 side by side, ~30 min): table, raw numbers and plot in bench/results/
+bench: bootstrap ## the benchmark (W0-W3 side by side, 15-20 min): table, raw numbers and plot in bench/results/
 	@$(VENV)/python bench/run.py $(BENCH_ARGS)
 
 lint: bootstrap ## ruff lint (with Airflow AIR3 rules) and format check
