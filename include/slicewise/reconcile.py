@@ -72,13 +72,11 @@ def parsed_slice(spark: SparkSession, settings: Settings, slice_id: str) -> Data
 
 
 def slice_counts(
-    spark: SparkSession, settings: Settings, slice_id: str, parsed: DataFrame | None = None
+    spark: SparkSession, settings: Settings, slice_id: str, parsed: DataFrame
 ) -> SliceCounts:
-    """Counts from the tables; `parsed` is the step's own `parsed_slice`, if it has one."""
+    """Counts from the tables; `parsed` is the calling step's `parsed_slice`."""
     from slicewise.silver import horizon_window  # circular at import time otherwise
 
-    own = parsed is None
-    parsed = parsed_slice(spark, settings, slice_id) if parsed is None else parsed
     quarantine = read_table(spark, settings.table("quarantine"), QUARANTINE).where(
         F.col("slice_id") == slice_id
     )
@@ -97,14 +95,11 @@ def slice_counts(
         ).alias("elsewhere"),
         F.sum(F.when(F.col("owner").isNull(), 1).otherwise(0)).alias("missing"),
     ).first()
-    read = parsed.count()
-    if own:
-        parsed.unpersist()
     valid_rows = int(agg["valid"] or 0)
     distinct_ids = int(agg["distinct_ids"] or 0) if valid_rows else 0
     return SliceCounts(
         slice_id=slice_id,
-        read=read,
+        read=parsed.count(),
         quarantined=quarantine.count(),
         duplicates_in_slice=valid_rows - distinct_ids,
         inserted=int(agg["inserted"] or 0),
