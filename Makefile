@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: help bootstrap demo test test-unit chaos bench lint fmt broker-start broker-stop status airflow-ui spark-cluster lock clean
+.PHONY: help bootstrap demo test test-unit chaos chaos-report bench lint fmt broker-start broker-stop status airflow-ui spark-cluster lock clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -22,8 +22,13 @@ test: bootstrap ## run lint and every test (starts the real broker, Spark, Delta
 test-unit: bootstrap ## only the fast unit tests (no broker)
 	@$(VENV)/python -m pytest tests/unit
 
-chaos: bootstrap ## the chaos suite in full: 20 randomized runs per scenario (CI runs 1)
-	@SLICEWISE_CHAOS_RUNS=$${SLICEWISE_CHAOS_RUNS:-20} $(VENV)/python -m pytest tests/integration/test_chaos.py
+chaos: bootstrap ## the chaos suite: 20 randomized runs per scenario, each appended to tests/chaos_runs.jsonl (CI runs 1)
+	@SLICEWISE_CHAOS_RUNS=$${SLICEWISE_CHAOS_RUNS:-20} \
+	SLICEWISE_CHAOS_RECORD=$${SLICEWISE_CHAOS_RECORD:-$(CURDIR)/tests/chaos_runs.jsonl} \
+	$(VENV)/python -m pytest tests/integration/test_chaos.py
+
+chaos-report: bootstrap ## the chaos table summed over every run recorded in tests/chaos_runs.jsonl
+	@$(VENV)/python tests/integration/chaos_log.py
 
 bench: bootstrap ## the benchmark (W0-W3 side by side, 15-20 min): table, raw numbers and plot in bench/results/
 	@$(VENV)/python bench/run.py $(BENCH_ARGS)

@@ -10,11 +10,13 @@ with the oracle: silver holds exactly the committed valid event_ids, once each;
 quarantine holds exactly the malformed offsets; the counts reconcile (the gate
 passed) and gold counts every silver row once.
 
-    make chaos                       # SLICEWISE_CHAOS_RUNS=20 runs per scenario
-    SLICEWISE_CHAOS_RUNS=3 .venv/bin/python -m pytest tests/integration/test_chaos.py
+    make chaos                       # SLICEWISE_CHAOS_RUNS=20 runs per scenario, recorded
+    SLICEWISE_CHAOS_RUNS=3 SLICEWISE_CHAOS_SCENARIOS=zombie,mixed make chaos
     SLICEWISE_CHAOS_SEED=1234 ...    # replay a failed run's choices (its seed is in the failure)
+    make chaos-report                # the table of every run recorded so far (chaos_log.py)
 
-`make test` (and so CI) runs one run of the mixed scenario (a random strike per step).
+`make test` (and so CI) runs one run of the mixed scenario (a random strike per step),
+unrecorded.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ import os
 import random
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from chaos_log import SCENARIOS, Row, append, render
 from pyspark.sql import functions as F
 
 from slicewise.airflow_env import VENV_BIN, airflow_env
@@ -47,19 +50,6 @@ STEPS = ("plan", "bronze", "silver", "gate", "publish")
 KILLED = -signal.SIGKILL  # Popen.returncode of a process that died of SIGKILL
 FAULTS = Faults(duplicate_rate=0.05, aborted_rate=0.1, malformed_rate=0.03, drift_rate=0.05)
 ATTEMPTS = 4  # silver has two fault points, so it may need a third try; one spare
-
-
-@dataclass
-class Row:
-    scenario: str
-    runs: int = 0
-    struck: int = 0  # attempts killed, frozen as zombies, or cut off by a broker restart
-    events: int = 0
-    lost: int = 0
-    duplicated: int = 0
-    unexpected: int = 0  # in silver but never committed (e.g. from an aborted transaction)
-    quarantined: int = 0
-    quarantine_wrong: int = 0  # malformed offsets missing from quarantine, or extra ones
 
 
 class Slice:
@@ -184,14 +174,27 @@ def broker_restart(sl: Slice, step: str, rng: random.Random) -> int:
 
 
 STRIKES: dict[str, Strike] = {
-    "kill -9 at every step boundary": kill_at_boundary,
-    "kill -9 mid-step (random)": kill_mid_step,
-    "zombie attempt outlives its retry": zombie,
-    "broker restart mid-step": broker_restart,
+    "boundary": kill_at_boundary,
+    "mid-step": kill_mid_step,
+    "zombie": zombie,
+    "broker-restart": broker_restart,
 }
-MIXED = "mixed: a random strike per step"
-# `make chaos` runs every scenario; `make test` (CI) one randomized run of the mixed one.
-SCENARIOS = [*STRIKES, MIXED] if "SLICEWISE_CHAOS_RUNS" in os.environ else [MIXED]
+MIXED = "mixed"
+assert set(SCENARIOS) == {*STRIKES, MIXED}
+
+
+def chosen_scenarios() -> list[str]:
+    """`make chaos` runs every scenario (or SLICEWISE_CHAOS_SCENARIOS); `make test` (CI)
+    one randomized run of the mixed one."""
+    if names := os.environ.get("SLICEWISE_CHAOS_SCENARIOS"):
+        chosen = [name.strip() for name in names.split(",") if name.strip()]
+        if unknown := set(chosen) - set(SCENARIOS):
+            raise pytest.UsageError(
+                f"SLICEWISE_CHAOS_SCENARIOS: unknown {sorted(unknown)}; choose from "
+                f"{', '.join(SCENARIOS)}"
+            )
+        return chosen
+    return list(SCENARIOS) if "SLICEWISE_CHAOS_RUNS" in os.environ else [MIXED]
 
 
 def strike(scenario: str, sl: Slice, rng: random.Random) -> int:
@@ -217,21 +220,6 @@ def chaos_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBrok
     broker.stop()
 
 
-def render(rows: list[Row]) -> str:
-    lines = [
-        "",
-        "| scenario | runs | struck | events | lost | duplicated | unexpected | quarantined |",
-        "|" + "---|" * 8,
-    ]
-    for r in rows:
-        wrong = f" ({r.quarantine_wrong} wrong)" if r.quarantine_wrong else ""
-        lines.append(
-            f"| {r.scenario} | {r.runs} | {r.struck} | {r.events} | {r.lost} | "
-            f"{r.duplicated} | {r.unexpected} | {r.quarantined}{wrong} |"
-        )
-    return "\n".join(lines)
-
-
 TABLE: list[Row] = []  # one row per scenario of this session, printed after each
 
 
@@ -255,7 +243,7 @@ def compare_with_oracle(spark, sl: Slice, manifest: Manifest, row: Row) -> None:
     assert gold.agg(F.sum("events")).first()[0] == len(silver), "gold does not count silver"
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", chosen_scenarios())
 def test_chaos_loses_and_duplicates_nothing(spark, chaos_broker, tmp_path, capsys, scenario):
     row = Row(scenario)
     TABLE.append(row)
@@ -268,27 +256,42 @@ def test_chaos_loses_and_duplicates_nothing(spark, chaos_broker, tmp_path, capsy
 
 def strike_runs(spark, chaos_broker: LocalBroker, tmp_path: Path, scenario: str, row: Row) -> None:
     first_seed = int(os.environ.get("SLICEWISE_CHAOS_SEED") or random.randrange(2**32))
+    record = os.environ.get("SLICEWISE_CHAOS_RECORD")
     for run in range(RUNS):
         seed = first_seed + run
-        rng = random.Random(seed)
         state = tmp_path / f"run-{run}"
-        settings = load_settings(
-            {
-                **os.environ,
-                "SLICEWISE_KAFKA_BOOTSTRAP": chaos_broker.bootstrap,
-                "SLICEWISE_TOPIC": f"chaos-{uuid.uuid4().hex[:8]}",
-                "SLICEWISE_STATE_DIR": str(state),
-                "SLICEWISE_LAKEHOUSE": str(state / "lakehouse"),
-            }
-        )
-        start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
-        manifest = produce(settings, start, intervals=1, events=300, faults=FAULTS, seed=seed)
-        logs = state / "logs"
-        logs.mkdir(parents=True)
-        sl = Slice(settings, chaos_broker, start, logs)
-        row.struck += strike(scenario, sl, rng)
-        row.runs += 1
-        compare_with_oracle(spark, sl, manifest, row)
-        assert (row.lost, row.duplicated, row.unexpected, row.quarantine_wrong) == (0, 0, 0, 0), (
-            f"run {run} (seed {seed}, logs in {logs}): {row}"
-        )
+        this = Row(scenario, runs=1)
+        began, error = time.monotonic(), None
+        try:
+            strike_run(spark, chaos_broker, state, scenario, seed, this)
+        except Exception as exc:  # recorded as a failed run, then raised
+            this.failed, error = 1, f"{type(exc).__name__}: {exc}"[:2000]
+            raise
+        finally:
+            row.add(this)
+            if record:
+                append(Path(record), this, seed, time.monotonic() - began, error)
+        assert this.clean, f"run {run} (seed {seed}, logs in {state / 'logs'}): {this}"
+
+
+def strike_run(
+    spark, chaos_broker: LocalBroker, state: Path, scenario: str, seed: int, row: Row
+) -> None:
+    """One randomized run: a faulty stream, its slice under chaos, the oracle's verdict."""
+    rng = random.Random(seed)
+    settings = load_settings(
+        {
+            **os.environ,
+            "SLICEWISE_KAFKA_BOOTSTRAP": chaos_broker.bootstrap,
+            "SLICEWISE_TOPIC": f"chaos-{uuid.uuid4().hex[:8]}",
+            "SLICEWISE_STATE_DIR": str(state),
+            "SLICEWISE_LAKEHOUSE": str(state / "lakehouse"),
+        }
+    )
+    start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    manifest = produce(settings, start, intervals=1, events=300, faults=FAULTS, seed=seed)
+    logs = state / "logs"
+    logs.mkdir(parents=True)
+    sl = Slice(settings, chaos_broker, start, logs)
+    row.struck += strike(scenario, sl, rng)
+    compare_with_oracle(spark, sl, manifest, row)
