@@ -25,6 +25,7 @@ SCENARIOS = {
     "boundary": "kill -9 at every step boundary",
     "mid-step": "kill -9 mid-step (random)",
     "zombie": "zombie attempt outlives its retry",
+    "orphan": "orphaned driver races its retry",
     "broker-restart": "broker restart mid-step",
     "mixed": "mixed: a random strike per step",
 }

@@ -1,4 +1,4 @@
-"""Chaos: kill -9, zombie attempts and broker restarts at every step, against an oracle.
+"""Chaos: kill -9, zombie and orphaned attempts, broker restarts at every step, against an oracle.
 
 Each run produces a faulty stream with `slicewise.source` (duplicates, aborted and
 long-open transactions, poison records, fields that changed type, new fields) on the
@@ -158,6 +158,25 @@ def zombie(sl: Slice, step: str, rng: random.Random) -> int:
     return int(struck)
 
 
+def orphan(sl: Slice, step: str, rng: random.Random) -> int:
+    """The Airflow task dies (kill -9) but its spark-submit child runs on: Airflow starts
+    the retry at a random moment while the orphaned driver still writes, and both run to
+    the end. As in Airflow, only the retry's outcome counts; if it fails, it is retried."""
+    first = sl.launch(step)
+    struck = sl.outlives(first, strike_after(rng, step))
+    if struck:
+        retry = sl.launch(step)
+        first.wait(timeout=900)  # a success, a no-op or a clean conflict: all fine
+        code = retry.wait(timeout=900)
+    else:
+        code = first.returncode
+    if code == 0:
+        sl.done(step)
+    else:
+        sl.retry_until_done(step)
+    return int(struck)
+
+
 def broker_restart(sl: Slice, step: str, rng: random.Random) -> int:
     """The broker restarts (SIGTERM, then up again on the same data) while a step that reads
     Kafka (plan, bronze) runs; if the attempt failed, it is retried."""
@@ -177,6 +196,7 @@ STRIKES: dict[str, Strike] = {
     "boundary": kill_at_boundary,
     "mid-step": kill_mid_step,
     "zombie": zombie,
+    "orphan": orphan,
     "broker-restart": broker_restart,
 }
 MIXED = "mixed"
