@@ -77,13 +77,10 @@ def render(rows: list[Row]) -> str:
 
 def commit() -> str:
     """HEAD, with `+changes` when the exercised code differs from it."""
-    git = ["git", "-C", str(RECORD.parent)]
+    git = ["git", "-C", str(RECORD.parents[1])]  # the repo root: EXERCISED is relative to it
     head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     dirty = subprocess.run(
-        [*git, "status", "--porcelain", "--", *EXERCISED],
-        capture_output=True,
-        text=True,
-        cwd=RECORD.parents[1],
+        [*git, "status", "--porcelain", "--", *EXERCISED], capture_output=True, text=True
     )
     return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
