@@ -71,6 +71,10 @@ class Slice:
             cmd = [str(VENV_BIN / "spark-submit"), "--master", "local[2]"]
             for key, value in spark_conf(self.settings).items():
                 cmd += ["--conf", f"{key}={value}"]
+            # Slices here hold a few hundred events: JIT compiling for peak speed costs more
+            # than it saves (a quarter of each step; bench/submit_overhead.py). Only the
+            # driver's speed changes, not what it writes.
+            cmd += ["--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"]
             cmd += [str(REPO_ROOT / "spark_jobs" / f"{step}.py"), "--slice-id", self.slice_id]
         self.attempts += 1
         log = open(self.logs / f"{self.attempts:02d}-{step}.log", "w")  # noqa: SIM115
@@ -112,9 +116,14 @@ class Slice:
         return Ledger(self.settings.ledger_dir, self.settings.topic)
 
 
+# Seconds a clean attempt of each step takes on a 2-core machine with the C1-only JIT
+# (bench/submit_overhead.py c1); strikes are drawn over that span, so few come too late.
+STEP_SECONDS = {"plan": 2.5, "bronze": 20.0, "silver": 33.0, "gate": 40.0, "publish": 26.0}
+
+
 def strike_after(rng: random.Random, step: str) -> float:
-    """A random moment in a step's first attempt: planning takes seconds, Spark steps tens."""
-    return rng.uniform(1, 4) if step == "plan" else rng.uniform(3, 35)
+    """A random moment in a step's first attempt, from its first second to its last."""
+    return rng.uniform(0.1, 0.95) * STEP_SECONDS[step]
 
 
 # A strike: one step of the slice under one kind of chaos, run until the step is done;
@@ -177,13 +186,21 @@ def orphan(sl: Slice, step: str, rng: random.Random) -> int:
     return int(struck)
 
 
+# When plan and bronze talk to Kafka, in seconds after launch on a 2-core machine: plan
+# once its imports are done, bronze after its JVM and session have started. A strike drawn
+# over a whole step (strike_after) often came after the read, or after the step had ended.
+KAFKA_READS = {"plan": (0.5, 2.0), "bronze": (4.0, 20.0)}
+
+
 def broker_restart(sl: Slice, step: str, rng: random.Random) -> int:
-    """The broker restarts (SIGTERM, then up again on the same data) while a step that reads
-    Kafka (plan, bronze) runs; if the attempt failed, it is retried."""
+    """The broker goes down (SIGTERM) at a random moment while a step that reads Kafka
+    (plan, bronze) runs, stays down 0-20 s, and comes back on the same data; if the attempt
+    failed, it is retried."""
     first = sl.launch(step)
-    struck = step in ("plan", "bronze") and sl.outlives(first, strike_after(rng, step))
+    struck = step in KAFKA_READS and sl.outlives(first, rng.uniform(*KAFKA_READS[step]))
     if struck:
         sl.broker.stop()
+        time.sleep(rng.uniform(0, 20))
         sl.broker.start(timeout=120)
     if first.wait(timeout=900) == 0:
         sl.done(step)
