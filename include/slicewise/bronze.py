@@ -3,14 +3,17 @@
 The write carries a Delta idempotent-write id (txnAppId = bronze/<slice>), so a
 rerun of a committed slice is a no-op and, of two attempts racing, only one can
 commit: the loser fails with a concurrent-transaction conflict and its retry
-finds the slice done. The slice's offsets travel in the same commit's
-userMetadata, so rows and offsets cannot disagree.
+finds the slice done. If the loser only starts writing after the winner's commit,
+Delta skips its write silently, so each attempt tags its commit and looks for the tag
+afterwards before it reports a commit. The slice's offsets travel in the same
+commit's userMetadata, so rows and offsets cannot disagree.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import uuid
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
@@ -21,7 +24,14 @@ from slicewise.faults import fault_point
 from slicewise.kafka.offsets import TopicOffsets
 from slicewise.ledger import Ledger, slice_to_json
 from slicewise.slices import DataLossError, Slice, find_data_loss
-from slicewise.tables import BRONZE, conform, read_table, retry_on_conflict, table_exists
+from slicewise.tables import (
+    BRONZE,
+    committed_by,
+    conform,
+    read_table,
+    retry_on_conflict,
+    table_exists,
+)
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +109,8 @@ def _bronze(
 
     ranges = dict(sl.ranges)
     losses = find_data_loss(sl, TopicOffsets(settings).earliest(list(ranges)))
-    metadata = {"step": "bronze", **slice_to_json(sl)}
+    attempt = uuid.uuid4().hex
+    metadata = {"step": "bronze", "attempt": attempt, **slice_to_json(sl)}
     if losses:
         error = DataLossError(sl, losses)
         if not accept_data_loss:
@@ -121,6 +132,10 @@ def _bronze(
         .save(path)
     )
     df.unpersist()
+    if not committed_by(spark, path, attempt):
+        log.info("%s was committed by a concurrent attempt; nothing to do", sl.describe())
+        ledger.record_step(slice_id, "bronze", {"rows": rows})
+        return BronzeResult(slice_id, rows, committed=False)
     fault_point("bronze.committed", settings, slice_id)
     ledger.record_step(slice_id, "bronze", {"rows": rows})
     log.info("bronze committed %s: %d rows", sl.describe(), rows)

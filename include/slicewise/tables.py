@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -79,6 +80,16 @@ def read_table(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
 def conform(df: DataFrame, schema: StructType) -> DataFrame:
     """Select the schema's columns in order, cast to their types."""
     return df.select([df[f.name].cast(f.dataType).alias(f.name) for f in schema.fields])
+
+
+def committed_by(spark: SparkSession, path: str, attempt: str, recent: int = 50) -> bool:
+    """True if one of the table's last `recent` commits carries `attempt` in its
+    userMetadata: a write with an idempotent-write id whose version was already
+    committed returns normally without committing anything."""
+    from delta.tables import DeltaTable
+
+    history = DeltaTable.forPath(spark, path).history(recent)
+    return history.where(F.col("userMetadata").contains(attempt)).limit(1).count() > 0
 
 
 def retry_on_conflict(step: Callable[[], T], what: str, attempts: int = 3) -> T:

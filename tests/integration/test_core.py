@@ -12,6 +12,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
+from slicewise import bronze as bronze_module
 from slicewise.bronze import run_bronze
 from slicewise.kafka.offsets import TopicOffsets
 from slicewise.kafka.producer import Record, TxProducer, event_value
@@ -248,6 +249,22 @@ def test_concurrent_attempts_of_one_slice_commit_once(spark, pipeline):
     bronze, silver = table(spark, settings, "bronze"), table(spark, settings, "silver")
     assert bronze.count() == 300 == bronze.select("partition", "offset").distinct().count()
     assert silver.count() == 300 == silver.select("event_id").distinct().count()
+
+
+def test_an_attempt_whose_write_delta_skipped_does_not_report_a_commit(
+    spark, pipeline, monkeypatch
+):
+    """The loser of a race that checked bronze before the winner committed and wrote after
+    it: Delta skips the write (same idempotent-write id) without an error."""
+    settings, producer = pipeline
+    producer.send([ev(f"s-{i}", 0.1 + i / 1000, i % 3) for i in range(30)])
+    sl = plan_slice(settings, at(0), at(1), now=LATER)
+    assert run_bronze(spark, settings, sl.slice_id).committed
+    monkeypatch.setattr(bronze_module, "slice_in_bronze", lambda *_: False)  # the stale check
+    late = run_bronze(spark, settings, sl.slice_id)
+    assert (late.committed, late.rows) == (False, 30)
+    bronze = table(spark, settings, "bronze")
+    assert bronze.count() == 30 == bronze.select("partition", "offset").distinct().count()
 
 
 def test_quarantine_replay_after_a_fix_moves_records_to_silver(spark, pipeline_factory):
