@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -85,6 +86,18 @@ def commit() -> str:
     return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
+def code_version(commit: str, root: Path = RECORD.parents[1]) -> str:
+    """The last commit at or before `commit` that changed the exercised code, so runs
+    recorded at README- or record-only commits count for the code they actually ran."""
+    head, plus, changes = commit.partition("+")
+    found = subprocess.run(
+        ["git", "-C", str(root), "log", "-1", "--format=%h", head, "--", *EXERCISED],
+        capture_output=True,
+        text=True,
+    )
+    return (found.stdout.strip() or head) + plus + changes  # unknown commit: as recorded
+
+
 def append(path: Path, run: Row, seed: int, seconds: float, error: str | None) -> None:
     """One run as one line; appending keeps earlier runs even if this session is cut off."""
     line = {
@@ -117,10 +130,11 @@ def main(argv: list[str]) -> int:
     rows, records = summed(path)
     print(render(rows))
     hours = sum(r["seconds"] for r in records) / 3600
-    commits = sorted({r["commit"] for r in records})
+    versions = Counter(code_version(r["commit"]) for r in records)
     print(
         f"\n{len(records)} runs recorded {records[0]['at']} .. {records[-1]['at']}, "
-        f"{hours:.1f} hours, commits {', '.join(commits)}"
+        f"{hours:.1f} hours; runs per version of the exercised code: "
+        + ", ".join(f"{version} {n}" for version, n in versions.items())
     )
     for r in records:
         if r["error"]:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
-from chaos_log import Row, append, main, summed
+from chaos_log import Row, append, code_version, main, summed
 
 
 def test_runs_recorded_apart_sum_per_scenario_and_failures_fail_the_report(tmp_path, capsys):
@@ -36,3 +37,24 @@ def test_runs_recorded_apart_sum_per_scenario_and_failures_fail_the_report(tmp_p
 def test_no_record_is_an_error_not_an_empty_table(tmp_path, capsys):
     assert main([str(tmp_path / "none.jsonl")]) == 1
     assert "no chaos runs recorded" in capsys.readouterr().out
+
+
+def test_runs_count_for_the_last_commit_that_changed_the_exercised_code(tmp_path):
+    def git(*args: str) -> str:
+        run = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args]
+        return subprocess.run(run, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "bronze.py").write_text("v1")
+    git("add", "-A")
+    git("commit", "-qm", "code")
+    code = git("rev-parse", "--short", "HEAD")
+    (tmp_path / "README.md").write_text("runs recorded")
+    git("add", "-A")
+    git("commit", "-qm", "docs only")
+    docs = git("rev-parse", "--short", "HEAD")
+
+    assert code_version(docs, tmp_path) == code
+    assert code_version(f"{docs}+changes", tmp_path) == f"{code}+changes"
+    assert code_version("0000000", tmp_path) == "0000000"
