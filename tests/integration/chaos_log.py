@@ -86,10 +86,10 @@ def commit() -> str:
     return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
-def code_version(commit: str, root: Path = RECORD.parents[1]) -> str:
-    """The last commit at or before `commit` that changed the exercised code, so runs
+def code_version(recorded: str, root: Path = RECORD.parents[1]) -> str:
+    """The last commit at or before the `recorded` one that changed the exercised code, so runs
     recorded at README- or record-only commits count for the code they actually ran."""
-    head, plus, changes = commit.partition("+")
+    head, plus, changes = recorded.partition("+")
     found = subprocess.run(
         ["git", "-C", str(root), "log", "-1", "--format=%h", head, "--", *EXERCISED],
         capture_output=True,
