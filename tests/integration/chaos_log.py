@@ -76,26 +76,27 @@ def render(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+ROOT = RECORD.parents[1]  # the repo root: EXERCISED is relative to it
+
+
+def git(*args: str, root: Path = ROOT) -> str:
+    """Git's output, empty when it fails (e.g. a commit this clone does not have)."""
+    run = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+    return run.stdout.strip()
+
+
 def commit() -> str:
     """HEAD, with `+changes` when the exercised code differs from it."""
-    git = ["git", "-C", str(RECORD.parents[1])]  # the repo root: EXERCISED is relative to it
-    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(
-        [*git, "status", "--porcelain", "--", *EXERCISED], capture_output=True, text=True
-    )
-    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+    dirty = git("status", "--porcelain", "--", *EXERCISED)
+    return git("rev-parse", "--short", "HEAD") + ("+changes" if dirty else "")
 
 
-def code_version(recorded: str, root: Path = RECORD.parents[1]) -> str:
+def code_version(recorded: str, root: Path = ROOT) -> str:
     """The last commit at or before the `recorded` one that changed the exercised code, so runs
     recorded at README- or record-only commits count for the code they actually ran."""
     head, plus, changes = recorded.partition("+")
-    found = subprocess.run(
-        ["git", "-C", str(root), "log", "-1", "--format=%h", head, "--", *EXERCISED],
-        capture_output=True,
-        text=True,
-    )
-    return (found.stdout.strip() or head) + plus + changes  # unknown commit: as recorded
+    found = git("log", "-1", "--format=%h", head, "--", *EXERCISED, root=root)
+    return (found or head) + plus + changes  # unknown commit: as recorded
 
 
 def append(path: Path, run: Row, seed: int, seconds: float, error: str | None) -> None:
