@@ -10,9 +10,10 @@ from datetime import timedelta
 
 import pendulum
 from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
-from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param, task
+from airflow.sdk import DAG, Asset, BaseOperator, CronDataIntervalTimetable, Param, task
 
-from slicewise.operators import SliceSparkSubmitOperator
+from slicewise.config import grace_seconds, spark_mode
+from slicewise.operators import SliceSparkConnectOperator, SliceSparkSubmitOperator
 from slicewise.spark import static_conf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,16 +29,20 @@ def _spark_jars() -> str:
     return jars_arg()
 
 
-def spark_step(
-    step: str, application: str, extra_args: list[str] | None = None
-) -> SliceSparkSubmitOperator:
-    # The master comes only from the spark_default connection: local[*], a standalone
-    # cluster, YARN or Kubernetes without touching this file.
+def spark_step(step: str, extra_args: list[str] | None = None) -> BaseOperator:
+    """A Spark step: a client of the Spark Connect server (spark_connect_default), or a
+    spark-submit application (spark_default: local[*], a cluster, YARN, Kubernetes).
+    Only the connections say where; the steps and their arguments are the same."""
+    argv = ["--slice-id", SLICE_ID, *(extra_args or [])]
+    if spark_mode() == "connect":
+        return SliceSparkConnectOperator(
+            task_id=step, step=step, argv=argv, conn_id="spark_connect_default"
+        )
     return SliceSparkSubmitOperator(
         task_id=step,
         conn_id="spark_default",
-        application=application,
-        application_args=["--slice-id", SLICE_ID, *(extra_args or [])],
+        application=os.path.join(JOBS, f"{step}.py"),
+        application_args=argv,
         conf={**static_conf(), "spark.jars": "{{ slicewise_spark_jars() }}"},
         name=f"slicewise-{step}-{{{{ data_interval_start | ts_nodash }}}}",
     )
@@ -101,7 +106,7 @@ with DAG(
     wait = DateTimeSensorAsync(
         task_id="wait_for_interval_close",
         target_time="{{ data_interval_end + macros.timedelta(seconds="
-        + os.environ.get("SLICEWISE_GRACE_SECONDS", "30")
+        + str(grace_seconds())
         + ") }}",
     )
 
@@ -153,21 +158,14 @@ with DAG(
         fault_point("announce.recorded", settings, slice_id)
 
     planned = plan()
-    bronze = spark_step(
-        "bronze",
-        os.path.join(JOBS, "bronze.py"),
-        ["--accept-data-loss", "{{ params.accept_data_loss | lower }}"],
-    )
+    bronze = spark_step("bronze", ["--accept-data-loss", "{{ params.accept_data_loss | lower }}"])
     silver = spark_step(
-        "silver",
-        "{{ '"
-        + JOBS
-        + "/' + ('replay_quarantine.py' if params.reprocess_from_bronze else 'silver.py') }}",
+        "silver", ["--reprocess-from-bronze", "{{ params.reprocess_from_bronze | lower }}"]
     )
-    gate = spark_step("gate", os.path.join(JOBS, "gate.py"))
+    gate = spark_step("gate")
     # A failed gate is a finding about the data, not a transient error: one retry
     # covers a crashed driver, more would only delay the alert. On-call clears the
     # task once the cause is fixed.
     gate.retries = 1
-    publish = spark_step("publish", os.path.join(JOBS, "publish.py"))
+    publish = spark_step("publish")
     wait >> planned >> bronze >> silver >> gate >> publish >> announce(planned)

@@ -32,8 +32,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
 from slicewise.config import load_settings
+from slicewise.connect_server import SparkConnectServer, connect_connection
 from slicewise.kafka.broker import LocalBroker, free_ports
-from slicewise.spark import get_spark, local_conf
+from slicewise.spark import remote_session
 
 
 @pytest.fixture(scope="session")
@@ -94,9 +95,32 @@ def new_topic(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Iterator[
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    """One SparkSession for the whole run (Delta + Kafka connector, UI off, 2 shuffle partitions)."""
-    session = get_spark("slicewise-tests", master="local[2]", extra_conf=local_conf())
+def spark_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """sc:// URL of the one Spark Connect server the whole run shares: ours, on a free
+    port (Delta + Kafka connector, UI off, 2 shuffle partitions), or an external one
+    named by SLICEWISE_SPARK_REMOTE. Set in the environment, so steps run through the
+    CLI, Airflow tasks and the chaos suite's subprocesses are its clients too."""
+    external = os.environ.get("SLICEWISE_SPARK_REMOTE", "").strip()
+    if external:
+        yield external
+        return
+    (port,) = free_ports(1)
+    server = SparkConnectServer(tmp_path_factory.mktemp("spark-connect"), port, "local[2]")
+    server.start()
+    os.environ["SLICEWISE_SPARK_REMOTE"] = server.url
+    os.environ["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = connect_connection(server.url)
+    try:
+        yield server.url
+    finally:
+        os.environ.pop("SLICEWISE_SPARK_REMOTE", None)
+        os.environ.pop("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", None)
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(spark_remote: str) -> Iterator[SparkSession]:
+    """One client session of the shared server for the whole run."""
+    session = remote_session(spark_remote, "slicewise-tests")
     yield session
     session.stop()
 

@@ -107,7 +107,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     status.add_argument("--json", action="store_true")
     for step in STEPS:
         p = step_parser(step, sub.add_parser(step, help=f"run the {step} step for one slice"))
-        p.add_argument("--master", default="local[*]", help="Spark master when run by hand")
+        p.add_argument(
+            "--master",
+            default=None,
+            help="run in-process on this Spark master (default: a client of the "
+            "SLICEWISE_SPARK_REMOTE server when set, else local[*])",
+        )
     args = parser.parse_args(argv)
 
     try:

@@ -40,6 +40,8 @@ class Settings:
     kafka_spark_props: Mapping[str, str] = field(default_factory=dict)
     # The ledger beside the tables unless set: a POSIX path when the tables are on an object store.
     ledger_location: str | None = None
+    # sc://host:port of a Spark Connect server the steps are clients of; None: in-process Spark.
+    spark_remote: str | None = None
 
     @property
     def spark_kafka_props(self) -> dict[str, str]:
@@ -91,6 +93,40 @@ def kafka_props_from_env(env: Mapping[str, str], prefix: str = KAFKA_PROP_PREFIX
     }
 
 
+def _spark_remote(env: Mapping[str, str]) -> str | None:
+    remote = env.get("SLICEWISE_SPARK_REMOTE", "").strip()
+    if remote and not remote.startswith("sc://"):
+        raise ConfigError(
+            f"SLICEWISE_SPARK_REMOTE={remote!r} is not a Spark Connect URL; use sc://host:port "
+            "(e.g. sc://127.0.0.1:15002), or unset it to run Spark in-process."
+        )
+    return remote or None
+
+
+SPARK_MODES = ("connect", "submit")
+
+
+def spark_mode(env: Mapping[str, str] | None = None) -> str:
+    """How the DAG runs its Spark steps: `connect` (clients of a long-lived Spark Connect
+    server, the default) or `submit` (one spark-submit application per step).
+
+    Read while the DAG is parsed, so it only looks at the environment.
+    """
+    env = os.environ if env is None else env
+    mode = env.get("SLICEWISE_SPARK_MODE", "").strip().lower() or "connect"
+    if mode not in SPARK_MODES:
+        raise ConfigError(
+            f"SLICEWISE_SPARK_MODE={mode!r} is not one of {', '.join(SPARK_MODES)}; "
+            "use connect (steps on a Spark Connect server) or submit (spark-submit per step)."
+        )
+    return mode
+
+
+def grace_seconds(env: Mapping[str, str] | None = None) -> int:
+    """The grace after an interval's end before its boundary is frozen (read at DAG parse)."""
+    return _int(os.environ if env is None else env, "SLICEWISE_GRACE_SECONDS", 30)
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Read settings from the environment (or the given mapping) and validate them."""
     env = os.environ if env is None else env
@@ -116,12 +152,13 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         lakehouse=lakehouse,
         state_dir=state_dir,
         cache_dir=cache_dir,
-        grace_seconds=_int(env, "SLICEWISE_GRACE_SECONDS", 30),
+        grace_seconds=grace_seconds(env),
         dedup_horizon_days=_int(env, "SLICEWISE_DEDUP_HORIZON_DAYS", 7),
         max_value_bytes=_int(env, "SLICEWISE_MAX_VALUE_BYTES", 1_048_576, minimum=1),
         kafka_props=kafka_props_from_env(env),
         kafka_spark_props=kafka_props_from_env(env, KAFKA_SPARK_PROP_PREFIX),
         ledger_location=env.get("SLICEWISE_LEDGER_DIR", "").strip() or None,
+        spark_remote=_spark_remote(env),
     )
     settings.spark_kafka_props  # noqa: B018 - fail fast on settings Spark could not use
     return settings

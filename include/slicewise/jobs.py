@@ -1,8 +1,9 @@
-"""Spark entry points shared by `spark_jobs/*.py` (spark-submit) and the CLI.
+"""Spark entry points shared by `spark_jobs/*.py` (spark-submit), the Spark Connect
+operator and the CLI.
 
-They only parse arguments, get the session from the one factory, and call the
-step. Each prints one JSON line with its outcome, which ends up in the Airflow
-task log.
+They only parse arguments, get the session from the one factory (or take the one
+the operator opened), and call the step. Each prints one JSON line with its
+outcome, which ends up in the Airflow task log.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from slicewise.config import Settings, load_settings
-from slicewise.spark import get_spark, ship_package, size_for_slices
+from slicewise.spark import get_spark, is_remote, ship_package, size_for_slices
 
 
 def _bronze(spark: SparkSession, settings: Settings, args: argparse.Namespace) -> Any:
@@ -28,6 +29,8 @@ def _bronze(spark: SparkSession, settings: Settings, args: argparse.Namespace) -
 
 
 def _silver(spark: SparkSession, settings: Settings, args: argparse.Namespace) -> Any:
+    if args.reprocess_from_bronze:
+        return _replay(spark, settings, args)
     from slicewise.silver import run_silver
 
     return run_silver(spark, settings, args.slice_id)
@@ -73,18 +76,54 @@ def step_parser(
             nargs="?",
             const="true",
             default="false",
-            type=lambda v: v.lower() in ("true", "1", "yes"),
+            type=_flag,
             help="ingest what Kafka still retains when part of the slice was deleted (logged)",
+        )
+    if step == "silver":
+        parser.add_argument(
+            "--reprocess-from-bronze",
+            nargs="?",
+            const="true",
+            default="false",
+            type=_flag,
+            help="re-parse the slice's bronze rows with today's rules and replay its quarantine",
         )
     return parser
 
 
-def run(step: str, args: argparse.Namespace, master: str | None = None) -> Any:
-    settings = load_settings()
-    spark = get_spark(f"slicewise-{step}-{args.slice_id}", master=master, settings=settings)
+def _flag(value: str) -> bool:
+    return value.lower() in ("true", "1", "yes")
+
+
+def step_tag(step: str, slice_id: str) -> str:
+    """The Spark Connect operation tag of one step of one slice (interrupt by tag)."""
+    return f"slicewise-{step}-{slice_id}"
+
+
+def run(
+    step: str,
+    args: argparse.Namespace,
+    master: str | None = None,
+    spark: SparkSession | None = None,
+    settings: Settings | None = None,
+) -> Any:
+    settings = settings or load_settings()
+    owned = spark is None
+    spark = spark or get_spark(
+        f"slicewise-{step}-{args.slice_id}", master=master, settings=settings
+    )
     size_for_slices(spark)
     ship_package(spark, settings)
-    result = STEPS[step](spark, settings, args)
+    remote = is_remote(spark)
+    if remote:
+        spark.addTag(step_tag(step, args.slice_id))
+    try:
+        result = STEPS[step](spark, settings, args)
+    finally:
+        if remote:
+            spark.removeTag(step_tag(step, args.slice_id))
+            if owned:  # release the server-side session (and its cache) now
+                spark.stop()
     print(
         json.dumps(
             {

@@ -1,20 +1,31 @@
-"""Airflow pieces the DAG needs beyond wiring: Kafka settings from an Airflow connection.
+"""The Airflow operators of a slice step, and Kafka settings from an Airflow connection.
+
+Two ways to run a Spark step, chosen by SLICEWISE_SPARK_MODE (see config.spark_mode):
+
+* `SliceSparkConnectOperator` (default): the task is a client session of a long-lived
+  Spark Connect server named by a `spark_connect` connection (the Spark provider's
+  `PySparkOperator`); the step's code runs in the task, its Spark work on the server.
+* `SliceSparkSubmitOperator`: one `spark-submit` application per step, for teams that
+  must run one application per task (YARN, Kubernetes).
 
 Set SLICEWISE_KAFKA_CONN_ID to the id of a connection (host = bootstrap servers,
 login/password = SASL credentials, extra = librdkafka properties; see
 `slicewise.kafka.security.env_from_connection`). It is read when a task runs,
-never while the DAG is parsed, and reaches spark-submit as environment variables,
-not as templates, so credentials never show among a task's rendered fields.
+never while the DAG is parsed, and reaches Spark as environment variables or
+settings, not as templates, so credentials never show among a task's rendered fields.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
+from airflow.providers.apache.spark.operators.spark_pyspark import PySparkOperator
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 KAFKA_CONN_ID_ENV = "SLICEWISE_KAFKA_CONN_ID"
+log = logging.getLogger(__name__)
 
 
 def kafka_connection_env() -> dict[str, str]:
@@ -42,3 +53,64 @@ class SliceSparkSubmitOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> None:
         self.env_vars = {**(self.env_vars or {}), **kafka_connection_env()}
         super().execute(context)
+
+
+def run_step(step: str, argv: list[str], spark: Any = None) -> Any:
+    """The body of a Spark Connect step: the same entry point as spark-submit's."""
+    from slicewise.jobs import run, step_parser
+
+    return run(step, step_parser(step).parse_args(argv), spark=spark, settings=task_settings())
+
+
+class SliceSparkConnectOperator(PySparkOperator):
+    """One slice step as a client session of the Spark Connect server of `conn_id`.
+
+    The provider opens the session from the connection (`spark_connect`: the embedded
+    server, a remote one and a Kubernetes-hosted one differ only by it) and stops it
+    afterwards. When Airflow kills the task, `on_kill` interrupts the step's server-side
+    operations and releases the session, so the server drops its cached slice at once.
+    What a kill cannot stop (SIGKILL of the worker, a commit already in flight) is
+    fenced like a zombie driver: each write carries the step's Delta idempotent-write
+    id, so a late commit and the retry's cannot both land.
+    """
+
+    def __init__(self, *, step: str, argv: list[str], conn_id: str, **kwargs: Any) -> None:
+        super().__init__(
+            python_callable=run_step,
+            conn_id=conn_id,
+            op_kwargs={"step": step, "argv": argv},
+            **kwargs,
+        )
+        self.step = step
+
+    def execute_callable(self) -> Any:
+        """Open a session of our own (not the process's default one, which a test or
+        another task may hold) and stop it afterwards; fail fast, naming the
+        connection, when the server is down: the Connect client would otherwise
+        retry for minutes."""
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        from slicewise.spark import SparkUnavailable, remote_session
+
+        url = SparkConnectHook(self.conn_id).get_connection_url()
+        try:
+            self._session = remote_session(url, f"{self.dag_id}-{self.task_id}", fresh=True)
+        except SparkUnavailable as exc:
+            raise SparkUnavailable(f"connection {self.conn_id!r}: {exc}") from None
+        try:
+            self.op_kwargs = {**self.op_kwargs, "spark": self._session}
+            # PythonOperator's call, past PySparkOperator's own session handling.
+            return super(PySparkOperator, self).execute_callable()
+        finally:
+            self._session.stop()
+            self._session = None
+
+    def on_kill(self) -> None:
+        session = getattr(self, "_session", None)
+        if session is None:
+            return
+        try:
+            interrupted = session.interruptAll()
+            log.warning("task killed: interrupted %d server operation(s)", len(interrupted))
+        finally:
+            session.stop()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -19,7 +18,7 @@ from slicewise.config import Settings
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
 from slicewise.reconcile import parsed_slice
-from slicewise.tables import SILVER, read_table
+from slicewise.tables import SILVER, read_table, table_exists, table_version
 from slicewise.transforms import valid_events
 
 log = logging.getLogger(__name__)
@@ -35,10 +34,6 @@ class Publication:
     silver_version: int
     gold_version: int | None
     hours: list[str]  # [first, last] hour rebuilt (UTC), or empty
-
-
-def delta_version(spark: SparkSession, path: str) -> int:
-    return int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])
 
 
 def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publication:
@@ -91,10 +86,8 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
     fault_point("publish.gold_written", settings, slice_id)
     publication = Publication(
         slice_id=slice_id,
-        silver_version=delta_version(spark, settings.table("silver")),
-        gold_version=delta_version(spark, gold_path)
-        if DeltaTable.isDeltaTable(spark, gold_path)
-        else None,
+        silver_version=table_version(spark, settings.table("silver")),
+        gold_version=table_version(spark, gold_path) if table_exists(spark, gold_path) else None,
         hours=hours,
     )
     ledger.record_step(slice_id, "publish", asdict(publication))

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import date, timedelta
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -25,7 +25,7 @@ from slicewise.config import Settings
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
 from slicewise.reconcile import SliceCounts, parsed_slice, slice_counts
-from slicewise.tables import SILVER, retry_on_conflict
+from slicewise.tables import SILVER, delta_ref, retry_on_conflict, table_exists
 from slicewise.transforms import EARLIER_SQL, dedup_within, quarantined, valid_events
 
 log = logging.getLogger(__name__)
@@ -43,8 +43,8 @@ def idempotent_dml(spark: SparkSession, app_id: str) -> Iterator[None]:
         spark.conf.unset("spark.databricks.delta.write.txnVersion")
 
 
-def ensure_silver(spark: SparkSession, path: str) -> DeltaTable:
-    if not DeltaTable.isDeltaTable(spark, path):
+def ensure_silver(spark: SparkSession, path: str) -> None:
+    if not table_exists(spark, path):
         (
             spark.createDataFrame([], SILVER)
             .write.format("delta")
@@ -52,7 +52,6 @@ def ensure_silver(spark: SparkSession, path: str) -> DeltaTable:
             .mode("ignore")
             .save(path)
         )
-    return DeltaTable.forPath(spark, path)
 
 
 def horizon_window(events: DataFrame, horizon_days: int) -> tuple[date, date] | None:
@@ -72,22 +71,26 @@ def merge_into_silver(
     without, it is still idempotent by content, which quarantine replay relies on.
     """
     lo, hi = window
-    target = ensure_silver(spark, path)
-    condition = (
-        f"t.event_date BETWEEN DATE'{lo.isoformat()}' AND DATE'{hi.isoformat()}' "
-        "AND t.event_id = s.event_id"
-    )
+    ensure_silver(spark, path)
+    # SQL rather than DeltaTable.merge: the same statement runs in-process and over
+    # Spark Connect, which carries SQL but not Delta's Python API.
+    source = f"slice_events_{uuid.uuid4().hex}"
+    events.createOrReplaceTempView(source)
     merge = (
-        target.alias("t")
-        .merge(events.alias("s"), condition)
-        .whenMatchedUpdateAll(condition=EARLIER_SQL)
-        .whenNotMatchedInsertAll()
+        f"MERGE INTO {delta_ref(path)} AS t USING {source} AS s "
+        f"ON t.event_date BETWEEN DATE'{lo.isoformat()}' AND DATE'{hi.isoformat()}' "
+        "AND t.event_id = s.event_id "
+        f"WHEN MATCHED AND ({EARLIER_SQL}) THEN UPDATE SET * "
+        "WHEN NOT MATCHED THEN INSERT *"
     )
-    if app_id is None:
-        merge.execute()
-        return
-    with idempotent_dml(spark, app_id):
-        merge.execute()
+    try:
+        if app_id is None:
+            spark.sql(merge).collect()
+        else:
+            with idempotent_dml(spark, app_id):
+                spark.sql(merge).collect()
+    finally:
+        spark.catalog.dropTempView(source)
 
 
 def run_silver(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCounts:

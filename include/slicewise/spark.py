@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
+import time
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -112,20 +114,67 @@ def local_conf() -> dict[str, str]:
     }
 
 
+class SparkUnavailable(ConfigError):
+    """The configured Spark Connect server does not answer; nothing was written."""
+
+
+def remote_session(
+    url: str, app_name: str = "slicewise", wait: float = 5.0, fresh: bool = False
+) -> SparkSession:
+    """A client session of the Spark Connect server at `url`, or a fast, clear failure.
+
+    The Connect client retries an unreachable server for minutes before it gives up;
+    a task should instead fail at once, naming the server and the safe action.
+    """
+    from urllib.parse import urlparse
+
+    from pyspark.sql import SparkSession
+
+    address = urlparse(url.replace("sc://", "http://", 1).split(";")[0])
+    host, port = address.hostname or "localhost", address.port or 15002
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=2).close()
+            break
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise SparkUnavailable(
+                    f"the Spark Connect server {url} is not reachable ({exc}). Nothing was "
+                    "written. Start it (`make spark-connect`) or fix SLICEWISE_SPARK_REMOTE / "
+                    "the spark_connect_default connection, then re-run the step or clear the "
+                    "task (docs/RUNBOOK.md#spark-connect-server-down)."
+                ) from None
+            time.sleep(0.5)
+    builder = SparkSession.builder.remote(url).appName(app_name)
+    # fresh: a session of its own, which its owner may stop without ending anyone else's.
+    return builder.create() if fresh else builder.getOrCreate()
+
+
+def is_remote(spark: SparkSession) -> bool:
+    """True for a Spark Connect client session (no SparkContext on this side)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def get_spark(
     app_name: str = "slicewise",
     master: str | None = None,
     extra_conf: dict[str, str] | None = None,
     settings: Settings | None = None,
 ) -> SparkSession:
-    """Return the active session, or build one with Delta and the Kafka connector.
+    """Return the active session, a client session of the configured Spark Connect
+    server, or an in-process session with Delta and the Kafka connector.
 
     Under `spark-submit` the JVM already runs with the same jars and settings
     (see `spark_conf`), so `getOrCreate` returns that session and `master` is
-    ignored; it only matters when no session exists yet (tests, the CLI).
+    ignored. With SLICEWISE_SPARK_REMOTE set and no explicit `master`, the session
+    is a client of that server, which carries the jars and Delta settings itself.
     """
     from pyspark.sql import SparkSession
 
+    settings = settings or load_settings()
+    if settings.spark_remote and master is None:
+        return remote_session(settings.spark_remote, app_name)
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
@@ -146,6 +195,8 @@ def size_for_slices(spark: SparkSession) -> None:
     partitions (and Delta's 50 for state reconstruction) turns each small job into
     hundreds of near-empty tasks. Explicit settings (spark-submit --conf) win.
     """
+    if is_remote(spark):
+        return  # the server was started with its own sizing (connect_server.server_conf)
     launched = spark.sparkContext.getConf()
     cores = str(spark.sparkContext.defaultParallelism)
     for key in ("spark.sql.shuffle.partitions", "spark.databricks.delta.snapshotPartitions"):
@@ -160,5 +211,5 @@ def ship_package(spark: SparkSession, settings: Settings | None = None) -> None:
     importing its installed package (whose paths point at the repo), and only
     executors, which have nothing else, get the zip. Local mode shares the driver's.
     """
-    if not spark.sparkContext.master.startswith("local"):
+    if not is_remote(spark) and not spark.sparkContext.master.startswith("local"):
         spark.sparkContext.addPyFile(str(package_zip(settings)))

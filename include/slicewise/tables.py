@@ -64,10 +64,30 @@ QUARANTINE = StructType(
 )
 
 
-def table_exists(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable
+def delta_ref(path: str) -> str:
+    """A table location as a SQL identifier (Delta through SQL works over Spark Connect too)."""
+    return "delta.`" + path.replace("`", "``") + "`"
 
-    return DeltaTable.isDeltaTable(spark, path)
+
+def table_exists(spark: SparkSession, path: str) -> bool:
+    from pyspark.errors import AnalysisException
+
+    try:
+        spark.sql(f"DESCRIBE DETAIL {delta_ref(path)}").collect()
+    except AnalysisException as exc:
+        if exc.getCondition() == "DELTA_MISSING_DELTA_TABLE":
+            return False
+        raise
+    return True
+
+
+def history(spark: SparkSession, path: str, recent: int) -> DataFrame:
+    """The table's last `recent` commits, newest first (DESCRIBE HISTORY)."""
+    return spark.sql(f"DESCRIBE HISTORY {delta_ref(path)} LIMIT {int(recent)}")
+
+
+def table_version(spark: SparkSession, path: str) -> int:
+    return int(history(spark, path, 1).select("version").first()[0])
 
 
 def read_table(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
@@ -86,10 +106,32 @@ def committed_by(spark: SparkSession, path: str, attempt: str, recent: int = 50)
     """True if one of the table's last `recent` commits carries `attempt` in its
     userMetadata: a write with an idempotent-write id whose version was already
     committed returns normally without committing anything."""
-    from delta.tables import DeltaTable
+    commits = history(spark, path, recent)
+    return commits.where(F.col("userMetadata").contains(attempt)).limit(1).count() > 0
 
-    history = DeltaTable.forPath(spark, path).history(recent)
-    return history.where(F.col("userMetadata").contains(attempt)).limit(1).count() > 0
+
+# Delta's commit conflicts, by error condition: over Spark Connect they arrive as
+# generic Spark errors that carry the condition, not as delta.exceptions classes.
+CONFLICT_CONDITIONS = ("DELTA_CONCURRENT_", "DELTA_METADATA_CHANGED", "DELTA_PROTOCOL_CHANGED")
+CONFLICT_CLASSES = (
+    "ConcurrentAppendException",
+    "ConcurrentDeleteReadException",
+    "ConcurrentDeleteDeleteException",
+    "ConcurrentTransactionException",
+    "ConcurrentWriteException",
+    "MetadataChangedException",
+    "ProtocolChangedException",
+)
+
+
+def is_commit_conflict(exc: BaseException) -> bool:
+    """True if a concurrent Delta commit won the race `exc` reports."""
+    condition = getattr(exc, "getCondition", lambda: None)() or ""
+    if condition.startswith(CONFLICT_CONDITIONS):
+        return True
+    return type(exc).__name__ in CONFLICT_CLASSES or any(
+        f"io.delta.exceptions.{name}" in str(exc) for name in CONFLICT_CLASSES
+    )
 
 
 def retry_on_conflict(step: Callable[[], T], what: str, attempts: int = 3) -> T:
@@ -99,22 +141,11 @@ def retry_on_conflict(step: Callable[[], T], what: str, attempts: int = 3) -> T:
     Delta commit; Delta lets exactly one win. The loser re-runs the step, which
     then finds the winner's commit (same idempotent-write id) and does nothing.
     """
-    import delta.exceptions as dx
-
-    # Not all of these share a Python base class (ProtocolChangedException does not).
-    conflicts = (
-        dx.DeltaConcurrentModificationException,
-        dx.ConcurrentWriteException,
-        dx.ConcurrentAppendException,
-        dx.ConcurrentTransactionException,
-        dx.MetadataChangedException,
-        dx.ProtocolChangedException,
-    )
     for attempt in range(1, attempts + 1):
         try:
             return step()
-        except conflicts as exc:
-            if attempt == attempts:
+        except Exception as exc:
+            if attempt == attempts or not is_commit_conflict(exc):
                 raise
             log.warning(
                 "%s lost a commit race (%s); re-checking (attempt %d)",

@@ -104,9 +104,9 @@ def test_retention_gap_fails_with_data_loss_report_and_override_works(
 
 
 def table_exists(spark, settings, name):
-    from delta.tables import DeltaTable
+    from slicewise.tables import table_exists as exists
 
-    return DeltaTable.isDeltaTable(spark, settings.table(name))
+    return exists(spark, settings.table(name))
 
 
 def snapshot(spark, settings):

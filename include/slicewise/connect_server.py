@@ -1,0 +1,249 @@
+"""The warm engine: one long-lived Spark Connect server that every step is a client of.
+
+A cold `spark-submit` per step pays a JVM start, Delta's and the Kafka connector's
+class loading and the JIT's warm-up every time (about 40 s a step on 2 cores); a
+client session of a running server opens in under a second. The server comes from
+the pyspark wheel (`SparkConnectServer`), with our jars and Delta's SQL extension,
+so the steps reach Delta through SQL (`MERGE INTO`, `DESCRIBE HISTORY`) and writer
+options, which plain Spark Connect carries.
+
+    python -m slicewise.connect_server run     # in the foreground until Ctrl-C (make spark-connect)
+    python -m slicewise.connect_server start   # in the background (the demo), pid in <state>/spark-connect
+    python -m slicewise.connect_server stop
+
+The DAG, the CLI and the tests find it through `SLICEWISE_SPARK_REMOTE`
+(`sc://127.0.0.1:15002`) or, in Airflow, the `spark_connect_default` connection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from slicewise.config import Settings, load_settings
+from slicewise.spark import local_conf, spark_conf
+
+SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+DEFAULT_PORT = 15002
+
+
+class ConnectServerError(RuntimeError):
+    """The server did not come up; the message carries the end of its log."""
+
+
+def server_conf(port: int, master: str) -> dict[str, str]:
+    """Our session settings plus what a shared, long-lived driver needs."""
+    conf = {**spark_conf(), **(local_conf() if master.startswith("local") else {})}
+    conf.pop("spark.driver.memory", None)  # given to spark-submit as --driver-memory
+    return {
+        **conf,
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+        # A client killed mid-step (its Airflow task killed) leaves its operation running
+        # detached; it is interrupted after this long unless a client reattaches. Its
+        # commit, if it still lands, is fenced by the step's Delta idempotent-write id.
+        "spark.connect.execute.manager.detachedTimeout": "60s",
+        # A client that died without releasing its session (SIGKILL) would keep its
+        # cached slice in the server's memory for Spark's default of an hour.
+        "spark.connect.session.manager.defaultSessionTimeout": "10min",
+        # Each slice step is a small job; more shuffle partitions only add tasks.
+        "spark.sql.adaptive.coalescePartitions.enabled": "true",
+    }
+
+
+def server_command(port: int, master: str, driver_memory: str = "3g") -> list[str]:
+    args = [str(SPARK_SUBMIT), "--master", master, "--driver-memory", driver_memory]
+    for key, value in server_conf(port, master).items():
+        args += ["--conf", f"{key}={value}"]
+    return [*args, "--class", SERVER_CLASS, "--name", "slicewise-connect", "spark-internal"]
+
+
+def connect_connection(url: str) -> str:
+    """The Airflow `spark_connect` connection (as AIRFLOW_CONN_* JSON) for a server URL."""
+    import json
+    from urllib.parse import urlparse
+
+    address = urlparse(url.replace("sc://", "http://", 1))
+    return json.dumps(
+        {"conn_type": "spark_connect", "host": address.hostname, "port": address.port}
+    )
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+class SparkConnectServer:
+    """A Spark Connect server as a child JVM; its log and pid file under `home`."""
+
+    def __init__(self, home: Path, port: int = DEFAULT_PORT, master: str = "local[*]") -> None:
+        self.home = Path(home)
+        self.port = port
+        self.master = master
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.home / "server.log"
+
+    @property
+    def pid_path(self) -> Path:
+        return self.home / "server.pid"
+
+    def start(self, timeout: float = 180.0) -> None:
+        """Start the server and wait until it accepts sessions; a no-op if ours runs."""
+        if self.running():
+            return
+        if port_open(self.port):
+            raise ConnectServerError(
+                f"port {self.port} is taken by another process; stop it or choose another port"
+            )
+        self.home.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "SPARK_HOME": str(_wheel_home()),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": sys.executable,
+        }
+        env.pop("SPARK_REMOTE", None)  # the server itself is a classic driver
+        with open(self.log_path, "w") as log:
+            self._proc = subprocess.Popen(
+                server_command(self.port, self.master),
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: stop() ends the JVM too
+            )
+        self.pid_path.write_text(str(self._proc.pid))
+        deadline = time.monotonic() + timeout
+        while not port_open(self.port):
+            if self._proc.poll() is not None:
+                raise ConnectServerError(f"Spark Connect server exited:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ConnectServerError(
+                    f"Spark Connect server not listening on {self.port} after {timeout:.0f}s:\n"
+                    f"{self.log_tail()}"
+                )
+            time.sleep(0.5)
+
+    def running(self) -> bool:
+        pid = self._pid()
+        return pid is not None and _alive(pid) and port_open(self.port)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        pid = self._pid()
+        if pid is not None and _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+        if self._proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=10)
+        self.pid_path.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would (the chaos suite)."""
+        pid = self._pid()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        if self._proc is not None:
+            self._proc.wait(timeout=30)
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def __enter__(self) -> SparkConnectServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _pid(self) -> int | None:
+        if self._proc is not None:
+            return self._proc.pid
+        try:
+            return int(self.pid_path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie child still answers signal 0; it is not serving anyone.
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    return True
+
+
+def _wheel_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def embedded(settings: Settings | None = None) -> SparkConnectServer:
+    """The server of the demo and `make spark-connect`: state under <state>/spark-connect."""
+    settings = settings or load_settings()
+    return SparkConnectServer(settings.state_dir / "spark-connect", DEFAULT_PORT)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m slicewise.connect_server", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("action", choices=["run", "start", "stop"])
+    parser.add_argument("--master", default="local[*]", help="the Spark master the server drives")
+    args = parser.parse_args(argv)
+    server = embedded()
+    server.master = args.master
+    if args.action == "stop":
+        server.stop()
+        print("Spark Connect server stopped")
+        return 0
+    server.start()
+    print(
+        f"Spark Connect server on {server.url} (master {server.master}, log {server.log_path});\n"
+        f"  export SLICEWISE_SPARK_REMOTE={server.url}",
+        flush=True,
+    )
+    if args.action == "run":
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
