@@ -20,6 +20,7 @@ from slicewise.ledger import Ledger
 from slicewise.planner import IntervalNotClosed, plan_slice
 from slicewise.silver import run_silver
 from slicewise.slices import DataLossError
+from slicewise.spark import remote_session
 
 pytestmark = pytest.mark.integration
 
@@ -222,8 +223,9 @@ def test_every_malformed_kind_is_quarantined_and_counts_reconcile(spark, pipelin
     assert (q.topic, q.value, q.slice_id) == (settings.topic, b"{not json", sl.slice_id)
 
 
-def test_concurrent_attempts_of_one_slice_commit_once(spark, pipeline):
-    """A zombie attempt and its retry race; the tables end as if one ran."""
+def test_concurrent_attempts_of_one_slice_commit_once(spark, spark_remote, pipeline):
+    """A zombie attempt and its retry race, as two client sessions of one server;
+    the tables end as if one ran."""
     settings, producer = pipeline
     producer.send([ev(f"z-{i}", 0.1 + i / 1000, i % 3) for i in range(300)])
     sl = plan_slice(settings, at(0), at(1), now=LATER)
@@ -233,7 +235,11 @@ def test_concurrent_attempts_of_one_slice_commit_once(spark, pipeline):
 
         def attempt():
             try:
-                results.append(step(spark.newSession(), settings, sl.slice_id))
+                session = remote_session(spark_remote, fresh=True)
+                try:
+                    results.append(step(session, settings, sl.slice_id))
+                finally:
+                    session.stop()
             except Exception as exc:
                 errors.append(exc)
 
