@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: help bootstrap demo test test-unit chaos chaos-report bench lint fmt broker-start broker-stop status airflow-ui spark-cluster lock clean
+.PHONY: help bootstrap demo test test-unit chaos chaos-report bench lint fmt broker-start broker-stop spark-connect spark-connect-start spark-connect-stop status airflow-ui spark-cluster lock clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -47,10 +47,19 @@ broker-start: bootstrap ## start the local Kafka broker (state in .state/kafka)
 broker-stop: ## stop the local Kafka broker
 	@$(VENV)/python -m slicewise.kafka.broker stop
 
+spark-connect: bootstrap ## the Spark Connect server the steps run on (sc://127.0.0.1:15002), until Ctrl-C
+	@$(VENV)/python -m slicewise.connect_server run
+
+spark-connect-start: bootstrap ## start the Spark Connect server in the background (as the demo does)
+	@$(VENV)/python -m slicewise.connect_server start
+
+spark-connect-stop: ## stop the background Spark Connect server
+	@$(VENV)/python -m slicewise.connect_server stop
+
 status: bootstrap ## slices, offsets, steps and counts from the ledger
 	@$(VENV)/slicewise status
 
-airflow-ui: bootstrap ## the Airflow UI (airflow standalone, :8080) on the demo's state; needs `make broker-start` or `make demo` first
+airflow-ui: bootstrap ## the Airflow UI (airflow standalone, :8080) on the demo's state; needs `make demo` (or broker-start + spark-connect-start) first
 	@$(VENV)/python -m slicewise.airflow_env standalone
 
 spark-cluster: bootstrap ## a Spark standalone master + worker on loopback (until Ctrl-C); prints the spark_default to use
@@ -59,5 +68,5 @@ spark-cluster: bootstrap ## a Spark standalone master + worker on loopback (unti
 lock: ## re-resolve constraints.txt from requirements*.txt (needs the package registry)
 	@$(VENV)/uv pip compile requirements-dev.txt --python 3.11 -o constraints.txt
 
-clean: broker-stop ## delete local state (.state: broker data, lakehouse, Airflow DB); keeps caches
+clean: broker-stop spark-connect-stop ## delete local state (.state: broker data, lakehouse, Airflow DB); keeps caches
 	rm -rf .state

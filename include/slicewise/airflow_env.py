@@ -20,7 +20,12 @@ VENV_BIN = Path(sys.executable).parent
 
 
 def airflow_env(settings: Settings, spark_master: str = "local[*]") -> dict[str, str]:
+    """`spark_master` is for the spark-submit mode; the Spark Connect mode (the default)
+    uses the server of SLICEWISE_SPARK_REMOTE, or the embedded one (`make spark-connect`)."""
+    from slicewise.connect_server import connect_connection, embedded
+
     home = settings.state_dir / "airflow"
+    remote = settings.spark_remote or embedded(settings).url
     env = {
         **os.environ,
         "AIRFLOW_HOME": str(home),
@@ -40,11 +45,13 @@ def airflow_env(settings: Settings, spark_master: str = "local[*]") -> dict[str,
         "SLICEWISE_TOPIC": settings.topic,
         "SLICEWISE_KAFKA_BOOTSTRAP": settings.bootstrap_servers,
         "SLICEWISE_CACHE_DIR": str(settings.cache_dir),
+        "SLICEWISE_SPARK_REMOTE": remote,
         "PYARROW_IGNORE_TIMEZONE": "1",
     }
     env.setdefault(
         "AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": spark_master})
     )
+    env.setdefault("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", connect_connection(remote))
     return env
 
 

@@ -120,7 +120,8 @@ class SparkConnectServer:
             "SPARK_LOCAL_IP": "127.0.0.1",
             "PYSPARK_PYTHON": sys.executable,
         }
-        env.pop("SPARK_REMOTE", None)  # the server itself is a classic driver
+        for switch in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
+            env.pop(switch, None)  # the server itself is a classic driver
         with open(self.log_path, "w") as log:
             self._proc = subprocess.Popen(
                 server_command(self.port, self.master),

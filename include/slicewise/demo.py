@@ -3,7 +3,8 @@
 Starts the local Kafka broker, produces a realistic stream over three closed
 hourly intervals (committed, aborted and late-committed transactions,
 duplicates across partitions and hours, malformed records), runs the Airflow
-DAG for each interval (`airflow dags test`: SQLite, spark-submit on local[*]),
+DAG for each interval (`airflow dags test`: SQLite, the Spark steps as clients of
+a Spark Connect server on local[*], started here like the broker),
 and prints a reconciled report checked against what was really committed.
 
 Each run starts from a clean demo state (.state/), so it can be repeated.
@@ -22,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 
 from slicewise.airflow_env import VENV_BIN, airflow_env, migrate
 from slicewise.config import Settings, load_settings
+from slicewise.connect_server import SparkConnectServer, embedded
 from slicewise.kafka.broker import LocalBroker
 from slicewise.kafka.producer import Record, TxProducer, ensure_topic, event_value
 from slicewise.ledger import Ledger
@@ -108,14 +110,12 @@ def run_dag(env: dict[str, str], start: datetime, end: datetime) -> tuple[bool, 
     return proc.returncode == 0, time.monotonic() - t0, log
 
 
-def report(settings: Settings, oracle: Oracle) -> bool:
+def report(settings: Settings, server: SparkConnectServer, oracle: Oracle) -> bool:
     from pyspark.sql import functions as F
 
-    from slicewise.spark import get_spark, local_conf
+    from slicewise.spark import remote_session
 
-    spark = get_spark(
-        "slicewise-demo-report", master="local[2]", extra_conf=local_conf(), settings=settings
-    )
+    spark = remote_session(server.url, "slicewise-demo-report")
     silver = spark.read.format("delta").load(settings.table("silver"))
     ids = {r.event_id for r in silver.select("event_id").collect()}
     rows, distinct = silver.count(), silver.select("event_id").distinct().count()
@@ -166,6 +166,9 @@ def main() -> int:
     say("reset", f"clean demo state in {settings.state_dir}")
     broker = LocalBroker(settings.state_dir, settings.cache_dir)
     broker.stop()
+    # A fresh server too: a warm one would remember the deleted tables' Delta logs.
+    server = embedded(settings)
+    server.stop()
     for sub in ("kafka", "lakehouse", "airflow", "data_docs", "demo-logs"):
         shutil.rmtree(settings.state_dir / sub, ignore_errors=True)
     (settings.state_dir / "demo-logs").mkdir(parents=True)
@@ -175,6 +178,13 @@ def main() -> int:
     say(
         "kafka",
         f"broker up at {broker.bootstrap} in {time.monotonic() - t0:.1f}s (KRaft, transactions on)",
+    )
+    t1 = time.monotonic()
+    server.start()
+    say(
+        "spark",
+        f"Spark Connect server up at {server.url} in {time.monotonic() - t1:.1f}s "
+        "(local[*], Delta, Kafka connector); every Spark step is a client of it",
     )
 
     end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
@@ -205,10 +215,11 @@ def main() -> int:
             print(f"see {log}; `make status` shows the ledger", file=sys.stderr)
             return 1
     say("report", "reading silver, quarantine, gold and the ledger")
-    ok = report(settings, oracle)
+    ok = report(settings, server, oracle)
     summary = {"ok": ok, "seconds": round(time.monotonic() - t0)}
     print(
-        f"\n{json.dumps(summary)}\nbroker left running for `make airflow-ui`; stop it with `make broker-stop`"
+        f"\n{json.dumps(summary)}\nbroker and Spark Connect server left running for "
+        "`make airflow-ui`; stop them with `make broker-stop spark-connect-stop`"
     )
     return 0 if ok else 1
 

@@ -9,8 +9,10 @@ outcome, which ends up in the Airflow task log.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, is_dataclass
@@ -138,10 +140,17 @@ def run(
 
 
 def main(step: str, argv: Sequence[str] | None = None) -> int:
+    """The spark-submit entry point: the step runs in this application's own driver,
+    whatever SLICEWISE_SPARK_REMOTE says (that is the other mode)."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    run(step, step_parser(step).parse_args(argv))
+    # A parent that opened a Connect session (a test run, an Airflow worker of the other
+    # mode) leaves pyspark's connect switches in the environment; this driver is classic.
+    for switch in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
+        os.environ.pop(switch, None)
+    settings = dataclasses.replace(load_settings(), spark_remote=None)
+    run(step, step_parser(step).parse_args(argv), settings=settings)
     return 0
 
 

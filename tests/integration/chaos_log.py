@@ -28,6 +28,9 @@ SCENARIOS = {
     "zombie": "zombie attempt outlives its retry",
     "orphan": "orphaned driver races its retry",
     "broker-restart": "broker restart mid-step",
+    "client-killed": "client killed, server finishes the write",
+    "server-restart": "Spark Connect server killed and restarted",
+    "two-clients": "two clients of one slice at once",
     "mixed": "mixed: a random strike per step",
 }
 

@@ -20,9 +20,13 @@ from slicewise.spark_cluster import LocalSparkCluster
 
 @pytest.fixture
 def pipeline_factory(
-    kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path_factory: pytest.TempPathFactory
+    kafka_bootstrap: str,
+    spark_remote: str,
+    new_topic: Callable[..., str],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Callable[..., tuple[Settings, TxProducer]]]:
-    """`pipeline_factory(topic=None, **env)`: settings for a new lakehouse (and topic)."""
+    """`pipeline_factory(topic=None, **env)`: settings for a new lakehouse (and topic),
+    whose steps are clients of the shared Spark Connect server."""
     producers: list[TxProducer] = []
 
     def make(
@@ -34,6 +38,7 @@ def pipeline_factory(
             {
                 **os.environ,
                 "SLICEWISE_KAFKA_BOOTSTRAP": kafka_bootstrap,
+                "SLICEWISE_SPARK_REMOTE": spark_remote,
                 "SLICEWISE_TOPIC": topic,
                 "SLICEWISE_STATE_DIR": str(state),
                 "SLICEWISE_LAKEHOUSE": str(state / "lakehouse"),

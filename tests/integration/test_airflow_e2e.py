@@ -1,5 +1,6 @@
 """The real DAG through Airflow (dag.test, SQLite metadata DB) against the real broker,
-spark-submit, Delta and Great Expectations."""
+Delta and Great Expectations: its Spark steps as clients of the shared Spark Connect
+server (the default mode), and once as spark-submit applications."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ pytestmark = pytest.mark.integration
 
 PASSED_ON = (
     "AIRFLOW_CONN_SPARK_DEFAULT",
+    "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT",
+    "SLICEWISE_SPARK_REMOTE",
     "PATH",
     "SLICEWISE_STATE_DIR",
     "SLICEWISE_LAKEHOUSE",
@@ -25,17 +28,22 @@ PASSED_ON = (
 )
 
 
-@pytest.fixture
-def dag_env(pipeline, airflow_db, monkeypatch):
+def load_dag(pipeline, monkeypatch, mode: str):
     settings, producer = pipeline
     env = airflow_env(settings, spark_master="local[2]")
     for key in PASSED_ON:
         monkeypatch.setenv(key, env[key])
     monkeypatch.setenv("SLICEWISE_GRACE_SECONDS", "0")
+    monkeypatch.setenv("SLICEWISE_SPARK_MODE", mode)
     from airflow.dag_processing.dagbag import DagBag
 
     dag = DagBag(dag_folder=env["AIRFLOW__CORE__DAGS_FOLDER"]).get_dag("slicewise_pipeline")
     return settings, producer, dag
+
+
+@pytest.fixture
+def dag_env(pipeline, airflow_db, monkeypatch):
+    return load_dag(pipeline, monkeypatch, "connect")
 
 
 def states(dag_run) -> dict[str, str]:
@@ -171,3 +179,20 @@ def test_a_failure_in_every_task_then_its_retry_ends_exactly_right(spark, dag_en
     assert gate["success"] and gate["counts"]["missing"] == 0
     # announce failed after recording the ledger: its retry must still announce, once.
     assert len(asset_events(settings, slice_id)) == 1
+
+
+def test_the_spark_submit_mode_runs_the_dag_end_to_end(spark, pipeline, airflow_db, monkeypatch):
+    """SLICEWISE_SPARK_MODE=submit: each Spark step is its own spark-submit application."""
+    from slicewise.operators import SliceSparkSubmitOperator
+
+    settings, producer, dag = load_dag(pipeline, monkeypatch, "submit")
+    assert isinstance(dag.get_task("silver"), SliceSparkSubmitOperator)
+    start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    produce_hour(producer, start)
+    run = dag.test(logical_date=start + timedelta(hours=1))
+    assert set(states(run).values()) == {"success"}, states(run)
+    assert [r[0] for r in silver_rows(spark, settings)] == sorted(f"e{i}" for i in range(20))
+    [sl] = Ledger(settings.ledger_dir, settings.topic).slices()
+    gate = Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "gate")
+    assert gate["success"] and gate["counts"]["read"] == 22 and gate["counts"]["quarantined"] == 1
+    assert len(asset_events(settings, sl.slice_id)) == 1

@@ -1,10 +1,12 @@
-"""Chaos: kill -9, zombie and orphaned attempts, broker restarts at every step, against an oracle.
+"""Chaos: kill -9, zombie and orphaned attempts, broker and Spark Connect server restarts
+at every step, against an oracle.
 
 Each run produces a faulty stream with `slicewise.source` (duplicates, aborted and
 long-open transactions, poison records, fields that changed type, new fields) on the
 suite's own broker and takes one slice through the steps as Airflow runs them, one
-process per attempt: `slicewise plan`, then `spark-submit spark_jobs/<step>.py`, each
-in its own session so that SIGKILL takes the whole driver (JVM and Python) at once.
+process per attempt: `slicewise plan`, then `slicewise <step>`, a client of the suite's
+own Spark Connect server (as the DAG's tasks are), each in its own process group so
+that SIGKILL takes the whole task at once while the server may finish its write.
 After the chaos, retries run until the step succeeds, and the tables are compared
 with the oracle: silver holds exactly the committed valid event_ids, once each;
 quarantine holds exactly the malformed offsets; the counts reconcile (the gate
@@ -36,12 +38,12 @@ from chaos_log import SCENARIOS, Row, append, render
 from pyspark.sql import functions as F
 
 from slicewise.airflow_env import VENV_BIN, airflow_env
-from slicewise.config import REPO_ROOT, Settings, load_settings
+from slicewise.config import Settings, load_settings
+from slicewise.connect_server import SparkConnectServer
 from slicewise.faults import POINTS
 from slicewise.kafka.broker import LocalBroker, free_ports
 from slicewise.ledger import Ledger
 from slicewise.source import Faults, Manifest, produce
-from slicewise.spark import spark_conf
 
 pytestmark = pytest.mark.integration
 
@@ -55,9 +57,17 @@ ATTEMPTS = 4  # silver has two fault points, so it may need a third try; one spa
 class Slice:
     """One slice of one run: its settings, its broker, its interval, and a log per attempt."""
 
-    def __init__(self, settings: Settings, broker: LocalBroker, start: datetime, logs: Path):
-        self.settings, self.broker, self.start, self.logs = settings, broker, start, logs
-        self.env = airflow_env(settings, spark_master="local[2]")
+    def __init__(
+        self,
+        settings: Settings,
+        broker: LocalBroker,
+        server: SparkConnectServer,
+        start: datetime,
+        logs: Path,
+    ):
+        self.settings, self.broker, self.server = settings, broker, server
+        self.start, self.logs = start, logs
+        self.env = airflow_env(settings)
         self.slice_id = ""
         self.attempts = 0
 
@@ -68,14 +78,7 @@ class Slice:
             cmd = [str(VENV_BIN / "slicewise"), "plan", "--start", self.start.isoformat()]
             cmd += ["--end", end.isoformat()]
         else:
-            cmd = [str(VENV_BIN / "spark-submit"), "--master", "local[2]"]
-            for key, value in spark_conf(self.settings).items():
-                cmd += ["--conf", f"{key}={value}"]
-            # Slices here hold a few hundred events: JIT compiling for peak speed costs more
-            # than it saves (a quarter of each step; bench/submit_overhead.py). Only the
-            # driver's speed changes, not what it writes.
-            cmd += ["--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"]
-            cmd += [str(REPO_ROOT / "spark_jobs" / f"{step}.py"), "--slice-id", self.slice_id]
+            cmd = [str(VENV_BIN / "slicewise"), step, "--slice-id", self.slice_id]
         self.attempts += 1
         log = open(self.logs / f"{self.attempts:02d}-{step}.log", "w")  # noqa: SIM115
         proc = subprocess.Popen(
@@ -116,9 +119,9 @@ class Slice:
         return Ledger(self.settings.ledger_dir, self.settings.topic)
 
 
-# Seconds a clean attempt of each step takes on a 2-core machine with the C1-only JIT
-# (bench/submit_overhead.py c1); strikes are drawn over that span, so few come too late.
-STEP_SECONDS = {"plan": 2.5, "bronze": 20.0, "silver": 33.0, "gate": 40.0, "publish": 26.0}
+# Seconds a clean attempt of each step takes as a client of a warm server on a 2-core
+# machine (process start and imports included); strikes are drawn over that span.
+STEP_SECONDS = {"plan": 2.5, "bronze": 7.0, "silver": 9.0, "gate": 12.0, "publish": 7.0}
 
 
 def strike_after(rng: random.Random, step: str) -> float:
@@ -168,9 +171,9 @@ def zombie(sl: Slice, step: str, rng: random.Random) -> int:
 
 
 def orphan(sl: Slice, step: str, rng: random.Random) -> int:
-    """The Airflow task dies (kill -9) but its spark-submit child runs on: Airflow starts
-    the retry at a random moment while the orphaned driver still writes, and both run to
-    the end. As in Airflow, only the retry's outcome counts; if it fails, it is retried."""
+    """Airflow loses an attempt (its worker dies, the process lives on) and starts the
+    retry at a random moment while the orphan still writes; both run to the end. As in
+    Airflow, only the retry's outcome counts; if it fails, it is retried."""
     first = sl.launch(step)
     struck = sl.outlives(first, strike_after(rng, step))
     if struck:
@@ -187,9 +190,9 @@ def orphan(sl: Slice, step: str, rng: random.Random) -> int:
 
 
 # When plan and bronze talk to Kafka, in seconds after launch on a 2-core machine: plan
-# once its imports are done, bronze after its JVM and session have started. A strike drawn
-# over a whole step (strike_after) often came after the read, or after the step had ended.
-KAFKA_READS = {"plan": (0.5, 2.0), "bronze": (4.0, 20.0)}
+# once its imports are done, bronze once its session is open. A strike drawn over a whole
+# step (strike_after) often came after the read, or after the step had ended.
+KAFKA_READS = {"plan": (0.5, 2.0), "bronze": (2.0, 7.0)}
 
 
 def broker_restart(sl: Slice, step: str, rng: random.Random) -> int:
@@ -209,12 +212,61 @@ def broker_restart(sl: Slice, step: str, rng: random.Random) -> int:
     return int(struck)
 
 
+def client_killed(sl: Slice, step: str, rng: random.Random) -> int:
+    """The task (the Connect client) dies of SIGKILL mid-step and its retry starts at
+    once, while the server still runs the dead client's operation to its end (it is
+    detached, not cancelled): the retry races the server-side write."""
+    first = sl.launch(step)
+    struck = sl.outlives(first, strike_after(rng, step))
+    if struck:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        sl.retry_until_done(step)
+    elif first.returncode == 0:
+        sl.done(step)
+    else:
+        sl.retry_until_done(step)
+    return int(struck)
+
+
+def server_restart(sl: Slice, step: str, rng: random.Random) -> int:
+    """The Spark Connect server dies (SIGKILL) mid-step and comes back 0-5 s later; the
+    attempt fails with it (or had finished) and its retry runs on the new server."""
+    first = sl.launch(step)
+    struck = step != "plan" and sl.outlives(first, strike_after(rng, step))
+    if struck:
+        sl.server.kill()
+        time.sleep(rng.uniform(0, 5))
+        sl.server.start()
+    if first.wait(timeout=900) == 0:
+        sl.done(step)
+    else:
+        sl.retry_until_done(step)
+    return int(struck)
+
+
+def two_clients(sl: Slice, step: str, rng: random.Random) -> int:
+    """Two clients of one slice start together (a cleared task beside a retry, or two
+    on-call engineers): both run to the end on the one server; what counts is that one
+    succeeds and the tables end as if one ran."""
+    a, b = sl.launch(step), sl.launch(step)
+    codes = [a.wait(timeout=900), b.wait(timeout=900)]
+    if 0 in codes:
+        sl.done(step)
+    else:
+        sl.retry_until_done(step)
+    return 1
+
+
 STRIKES: dict[str, Strike] = {
     "boundary": kill_at_boundary,
     "mid-step": kill_mid_step,
     "zombie": zombie,
     "orphan": orphan,
     "broker-restart": broker_restart,
+    "client-killed": client_killed,
+    "server-restart": server_restart,
+    "two-clients": two_clients,
 }
 MIXED = "mixed"
 assert set(SCENARIOS) == {*STRIKES, MIXED}
@@ -257,6 +309,16 @@ def chaos_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBrok
     broker.stop()
 
 
+@pytest.fixture(scope="module")
+def chaos_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkConnectServer]:
+    """A Spark Connect server of the suite's own, which it may kill and restart."""
+    (port,) = free_ports(1)
+    server = SparkConnectServer(tmp_path_factory.mktemp("chaos-spark"), port, "local[2]")
+    server.start()
+    yield server
+    server.stop()
+
+
 TABLE: list[Row] = []  # one row per scenario of this session, printed after each
 
 
@@ -281,17 +343,26 @@ def compare_with_oracle(spark, sl: Slice, manifest: Manifest, row: Row) -> None:
 
 
 @pytest.mark.parametrize("scenario", chosen_scenarios())
-def test_chaos_loses_and_duplicates_nothing(spark, chaos_broker, tmp_path, capsys, scenario):
+def test_chaos_loses_and_duplicates_nothing(
+    spark, chaos_broker, chaos_server, tmp_path, capsys, scenario
+):
     row = Row(scenario)
     TABLE.append(row)
     try:
-        strike_runs(spark, chaos_broker, tmp_path, scenario, row)
+        strike_runs(spark, chaos_broker, chaos_server, tmp_path, scenario, row)
     finally:
         with capsys.disabled():
             print(render(TABLE))
 
 
-def strike_runs(spark, chaos_broker: LocalBroker, tmp_path: Path, scenario: str, row: Row) -> None:
+def strike_runs(
+    spark,
+    chaos_broker: LocalBroker,
+    chaos_server: SparkConnectServer,
+    tmp_path: Path,
+    scenario: str,
+    row: Row,
+) -> None:
     first_seed = int(os.environ.get("SLICEWISE_CHAOS_SEED") or random.randrange(2**32))
     record = os.environ.get("SLICEWISE_CHAOS_RECORD")
     for run in range(RUNS):
@@ -300,7 +371,7 @@ def strike_runs(spark, chaos_broker: LocalBroker, tmp_path: Path, scenario: str,
         this = Row(scenario, runs=1)
         began, error = time.monotonic(), None
         try:
-            strike_run(spark, chaos_broker, state, scenario, seed, this)
+            strike_run(spark, chaos_broker, chaos_server, state, scenario, seed, this)
         except Exception as exc:  # recorded as a failed run, then raised
             this.failed, error = 1, f"{type(exc).__name__}: {exc}"[:2000]
             raise
@@ -312,7 +383,13 @@ def strike_runs(spark, chaos_broker: LocalBroker, tmp_path: Path, scenario: str,
 
 
 def strike_run(
-    spark, chaos_broker: LocalBroker, state: Path, scenario: str, seed: int, row: Row
+    spark,
+    chaos_broker: LocalBroker,
+    chaos_server: SparkConnectServer,
+    state: Path,
+    scenario: str,
+    seed: int,
+    row: Row,
 ) -> None:
     """One randomized run: a faulty stream, its slice under chaos, the oracle's verdict."""
     rng = random.Random(seed)
@@ -320,6 +397,7 @@ def strike_run(
         {
             **os.environ,
             "SLICEWISE_KAFKA_BOOTSTRAP": chaos_broker.bootstrap,
+            "SLICEWISE_SPARK_REMOTE": chaos_server.url,
             "SLICEWISE_TOPIC": f"chaos-{uuid.uuid4().hex[:8]}",
             "SLICEWISE_STATE_DIR": str(state),
             "SLICEWISE_LAKEHOUSE": str(state / "lakehouse"),
@@ -329,6 +407,6 @@ def strike_run(
     manifest = produce(settings, start, intervals=1, events=300, faults=FAULTS, seed=seed)
     logs = state / "logs"
     logs.mkdir(parents=True)
-    sl = Slice(settings, chaos_broker, start, logs)
+    sl = Slice(settings, chaos_broker, chaos_server, start, logs)
     row.struck += strike(scenario, sl, rng)
     compare_with_oracle(spark, sl, manifest, row)

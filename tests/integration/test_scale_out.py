@@ -1,7 +1,7 @@
 """Production-shaped: the same DAG, by configuration alone, run by a real scheduler
 (LocalExecutor), triggerer and api-server with the metadata DB on PostgreSQL, its Spark
-steps on a real standalone cluster, and backfills created with `airflow backfill create`
-(what the UI's backfill form does)."""
+steps clients of a Spark Connect server that drives a real standalone cluster, and
+backfills created with `airflow backfill create` (what the UI's backfill form does)."""
 
 from __future__ import annotations
 
@@ -22,13 +22,13 @@ from sqlalchemy import create_engine, text
 from test_airflow_e2e import produce_hour  # same folder, on sys.path under pytest
 
 from slicewise.airflow_env import VENV_BIN, airflow_env
+from slicewise.connect_server import SparkConnectServer, connect_connection
 from slicewise.kafka.broker import free_ports
 from slicewise.ledger import Ledger
 
 pytestmark = pytest.mark.integration
 
 DAG_ID = "slicewise_pipeline"
-STEPS = ("bronze", "silver", "gate", "publish")
 
 
 def airflow(env: dict[str, str], *args: str) -> str:
@@ -105,16 +105,24 @@ class Deployment:
 
 
 @pytest.fixture
-def deployment(pipeline, spark_cluster, postgres_url, tmp_path) -> Iterator[Deployment]:
-    """api-server + scheduler + triggerer on PostgreSQL; spark_default names the cluster."""
+def cluster_server(spark_cluster, tmp_path) -> Iterator[SparkConnectServer]:
+    """A Spark Connect server whose master is the standalone cluster."""
+    (port,) = free_ports(1)
+    with SparkConnectServer(tmp_path / "spark-connect", port, spark_cluster.master_url) as server:
+        yield server
+
+
+@pytest.fixture
+def deployment(pipeline, cluster_server, postgres_url, tmp_path) -> Iterator[Deployment]:
+    """api-server + scheduler + triggerer on PostgreSQL; spark_connect_default names the
+    server that drives the cluster."""
     settings, _ = pipeline
     (port,) = free_ports(1)
     env = {
         # Nothing but configuration differs from the embedded default.
-        **airflow_env(settings, spark_master=spark_cluster.master_url),
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
-            {"conn_type": "spark", "host": spark_cluster.master_url}
-        ),
+        **airflow_env(settings),
+        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": connect_connection(cluster_server.url),
+        "SLICEWISE_SPARK_REMOTE": cluster_server.url,
         "AIRFLOW_HOME": str(tmp_path / "airflow"),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres_url,
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
@@ -211,10 +219,12 @@ def test_backfills_on_a_spark_cluster_with_airflow_on_postgres_are_exact_and_rer
     )
     assert [len(deployment.asset_events(settings.topic, s)) for s in slice_ids] == [1, 1]
 
-    # Every Spark step ran as an application of the cluster, not in a local JVM.
-    apps = spark_cluster.completed_apps()
-    ran = {step for step in STEPS if any(a.startswith(f"slicewise-{step}-") for a in apps)}
-    assert ran == set(STEPS), apps
+    # The Spark work ran on the cluster, in the one server application, with executors
+    # on its worker; no step started an application of its own.
+    state = spark_cluster.state()
+    assert [a["name"] for a in state["activeapps"]] == ["slicewise-connect"], state
+    assert state["activeapps"][0]["cores"] > 0, state
+    assert spark_cluster.completed_apps() == [], state
 
 
 def test_executors_import_the_drivers_slicewise_from_the_shipped_zip(spark_cluster, tmp_path):
@@ -229,7 +239,11 @@ def test_executors_import_the_drivers_slicewise_from_the_shipped_zip(spark_clust
     )
     out = subprocess.run(
         [str(VENV_BIN / "spark-submit"), "--master", spark_cluster.master_url, str(script)],
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        # A spark-submit application of its own, not a client of the tests' server.
+        env={
+            **{k: v for k, v in os.environ.items() if k != "SLICEWISE_SPARK_REMOTE"},
+            "PYSPARK_PYTHON": sys.executable,
+        },
         capture_output=True,
         text=True,
         timeout=300,
