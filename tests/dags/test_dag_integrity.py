@@ -42,13 +42,34 @@ def test_pipeline_order_and_params(dagbag):
         assert downstream in dag.get_task(upstream).downstream_task_ids
     params = dag.params.dump()
     assert params == {"accept_data_loss": False, "reprocess_from_bronze": False}
-    assert all(
-        dag.get_task(s)._conn_id == "spark_default" for s in ("bronze", "silver", "gate", "publish")
-    )
+    from slicewise.operators import SliceSparkConnectOperator
+
+    for step in ("bronze", "silver", "gate", "publish"):
+        task = dag.get_task(step)
+        assert isinstance(task, SliceSparkConnectOperator), step  # the default mode
+        assert (task.conn_id, task.step) == ("spark_connect_default", step)
     from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
 
     # Deferrable: no worker slot is held while the interval closes.
     assert isinstance(dag.get_task("wait_for_interval_close"), DateTimeSensorAsync)
+
+
+def test_the_submit_mode_is_chosen_by_configuration(airflow_db, monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from slicewise.operators import SliceSparkSubmitOperator
+
+    monkeypatch.setenv("SLICEWISE_SPARK_MODE", "submit")
+    dag = DagBag(dag_folder=str(DAGS)).get_dag("slicewise_pipeline")
+    for step in ("bronze", "silver", "gate", "publish"):
+        task = dag.get_task(step)
+        assert isinstance(task, SliceSparkSubmitOperator) and task._conn_id == "spark_default"
+        assert task.application.endswith(f"spark_jobs/{step}.py")
+
+    monkeypatch.setenv("SLICEWISE_SPARK_MODE", "yarn")
+    bag = DagBag(dag_folder=str(DAGS))
+    [error] = [e for f, e in bag.import_errors.items() if f.endswith("slicewise_pipeline.py")]
+    assert "SLICEWISE_SPARK_MODE='yarn'" in error and "connect" in error
 
 
 def test_parsing_does_no_io_and_no_heavy_imports(tmp_path):
@@ -61,6 +82,7 @@ def test_parsing_does_no_io_and_no_heavy_imports(tmp_path):
 import socket, subprocess, sys, runpy
 import airflow.sdk, croniter, pendulum
 import airflow.providers.apache.spark.operators.spark_submit
+import airflow.providers.apache.spark.operators.spark_pyspark
 import airflow.providers.standard.sensors.date_time
 def refuse(*a, **k): raise AssertionError("I/O while parsing a DAG")
 socket.socket.connect = refuse
