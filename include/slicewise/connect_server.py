@@ -193,6 +193,29 @@ class SparkConnectServer:
             return None
 
 
+def warm_up(url: str, scratch: Path) -> None:
+    """Run what every step runs once (a Delta write, a MERGE, history, a small shuffle) on
+    a scratch table, so the first real step does not pay the server's class loading and
+    JIT warm-up. A long-lived server is warm anyway; this is for one that just started."""
+    from slicewise.spark import remote_session
+    from slicewise.tables import delta_ref
+
+    spark = remote_session(url, "slicewise-warm-up", fresh=True)
+    try:
+        path = str(scratch / "warm-up")
+        rows = spark.range(1000).selectExpr("cast(id AS string) AS id", "id % 7 AS k")
+        rows.write.format("delta").mode("overwrite").save(path)
+        rows.createOrReplaceTempView("warm_up_source")
+        spark.sql(
+            f"MERGE INTO {delta_ref(path)} AS t USING warm_up_source AS s ON t.id = s.id "
+            "WHEN MATCHED AND s.k < t.k THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        ).collect()
+        spark.sql(f"DESCRIBE HISTORY {delta_ref(path)} LIMIT 1").collect()
+        spark.read.format("delta").load(path).groupBy("k").count().collect()
+    finally:
+        spark.stop()
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -29,6 +29,7 @@ from slicewise.ledger import Ledger
 pytestmark = pytest.mark.integration
 
 DAG_ID = "slicewise_pipeline"
+CONNECT_SWITCHES = ("SLICEWISE_SPARK_REMOTE", "SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")
 
 
 def airflow(env: dict[str, str], *args: str) -> str:
@@ -239,9 +240,10 @@ def test_executors_import_the_drivers_slicewise_from_the_shipped_zip(spark_clust
     )
     out = subprocess.run(
         [str(VENV_BIN / "spark-submit"), "--master", spark_cluster.master_url, str(script)],
-        # A spark-submit application of its own, not a client of the tests' server.
+        # A spark-submit application of its own, not a client of the tests' server (whose
+        # session left pyspark's connect switches in this process's environment).
         env={
-            **{k: v for k, v in os.environ.items() if k != "SLICEWISE_SPARK_REMOTE"},
+            **{k: v for k, v in os.environ.items() if k not in CONNECT_SWITCHES},
             "PYSPARK_PYTHON": sys.executable,
         },
         capture_output=True,
