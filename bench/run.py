@@ -27,8 +27,8 @@ from pathlib import Path
 import psutil
 
 from slicewise.airflow_env import VENV_BIN, airflow_env, migrate
-from slicewise.connect_server import SparkConnectServer, connect_connection, warm_up
 from slicewise.config import REPO_ROOT, Settings, load_settings
+from slicewise.connect_server import SparkConnectServer, connect_connection, warm_up
 from slicewise.kafka.broker import LocalBroker, free_ports
 from slicewise.kafka.producer import Record, TxProducer, ensure_topic, event_value
 from slicewise.planner import plan_slice

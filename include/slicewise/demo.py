@@ -161,6 +161,18 @@ def report(settings: Settings, server: SparkConnectServer, oracle: Oracle) -> bo
     return all(checks.values())
 
 
+def start_engine(server: SparkConnectServer) -> None:
+    t0 = time.monotonic()
+    server.start()
+    say(
+        "spark",
+        f"Spark Connect server up at {server.url} in {time.monotonic() - t0:.1f}s "
+        "(local[*], Delta, Kafka connector); every Spark step is a client of it",
+    )
+    warm_up(server.url, server.home)
+    say("spark", f"server warmed up ({time.monotonic() - t0:.1f}s after its start)")
+
+
 def main() -> int:
     settings = load_settings()
     rng = random.Random(7)
@@ -175,22 +187,16 @@ def main() -> int:
     (settings.state_dir / "demo-logs").mkdir(parents=True)
 
     t0 = time.monotonic()
+    # The Spark Connect server starts, and is warmed up, while the broker starts, the
+    # stream is produced and Airflow's DB is set up: a long-lived server is warm; only
+    # one that has just started would make the first run pay for it.
+    engine = threading.Thread(target=start_engine, args=(server,), daemon=True)
+    engine.start()
     broker.start(timeout=120)
     say(
         "kafka",
         f"broker up at {broker.bootstrap} in {time.monotonic() - t0:.1f}s (KRaft, transactions on)",
     )
-    t1 = time.monotonic()
-    server.start()
-    say(
-        "spark",
-        f"Spark Connect server up at {server.url} in {time.monotonic() - t1:.1f}s "
-        "(local[*], Delta, Kafka connector); every Spark step is a client of it",
-    )
-    # Warmed while the stream is produced and Airflow's DB set up: a long-lived server
-    # is warm; only one that has just started would make the first run pay for it.
-    warming = threading.Thread(target=warm_up, args=(server.url, server.home), daemon=True)
-    warming.start()
 
     end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     start = end - timedelta(hours=INTERVALS)
@@ -205,7 +211,10 @@ def main() -> int:
     env["SLICEWISE_GRACE_SECONDS"] = "0"
     migrate(env)
     say("airflow", f"metadata DB ready (SQLite in {env['AIRFLOW_HOME']})")
-    warming.join()
+    engine.join()
+    if not server.running():
+        print(f"the Spark Connect server did not start:\n{server.log_tail()}", file=sys.stderr)
+        return 1
     for k in range(INTERVALS):
         lo, hi = start + timedelta(hours=k), start + timedelta(hours=k + 1)
         say(
