@@ -40,13 +40,13 @@ class ConnectServerError(RuntimeError):
     """The server did not come up; the message carries the end of its log."""
 
 
-def server_conf(port: int, master: str) -> dict[str, str]:
+def server_conf(port: int, master: str, bind: str = "127.0.0.1") -> dict[str, str]:
     """Our session settings plus what a shared, long-lived driver needs."""
     conf = {**spark_conf(), **(local_conf() if master.startswith("local") else {})}
     conf.pop("spark.driver.memory", None)  # given to spark-submit as --driver-memory
     return {
         **conf,
-        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.address": bind,
         "spark.connect.grpc.binding.port": str(port),
         # A client killed mid-step (its Airflow task killed) leaves its operation running
         # detached; it is interrupted after this long unless a client reattaches. Its
@@ -60,9 +60,11 @@ def server_conf(port: int, master: str) -> dict[str, str]:
     }
 
 
-def server_command(port: int, master: str, driver_memory: str = "3g") -> list[str]:
+def server_command(
+    port: int, master: str, bind: str = "127.0.0.1", driver_memory: str = "3g"
+) -> list[str]:
     args = [str(SPARK_SUBMIT), "--master", master, "--driver-memory", driver_memory]
-    for key, value in server_conf(port, master).items():
+    for key, value in server_conf(port, master, bind).items():
         args += ["--conf", f"{key}={value}"]
     return [*args, "--class", SERVER_CLASS, "--name", "slicewise-connect", "spark-internal"]
 
@@ -124,7 +126,7 @@ class SparkConnectServer:
             env.pop(switch, None)  # the server itself is a classic driver
         with open(self.log_path, "w") as log:
             self._proc = subprocess.Popen(
-                server_command(self.port, self.master),
+                server_command(self.port, self.master, self.bind),
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -246,9 +248,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("action", choices=["run", "start", "stop"])
     parser.add_argument("--master", default="local[*]", help="the Spark master the server drives")
+    parser.add_argument(
+        "--bind", default="127.0.0.1", help="address to listen on (0.0.0.0 in a container)"
+    )
     args = parser.parse_args(argv)
     server = embedded()
-    server.master = args.master
+    server.master, server.bind = args.master, args.bind
     if args.action == "stop":
         server.stop()
         print("Spark Connect server stopped")

@@ -4,6 +4,7 @@ server (the default mode), and once as spark-submit applications."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -196,3 +197,42 @@ def test_the_spark_submit_mode_runs_the_dag_end_to_end(spark, pipeline, airflow_
     gate = Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "gate")
     assert gate["success"] and gate["counts"]["read"] == 22 and gate["counts"]["quarantined"] == 1
     assert len(asset_events(settings, sl.slice_id)) == 1
+
+
+def test_a_server_that_is_down_fails_the_step_fast_and_its_retry_succeeds_once_it_is_back(
+    spark_remote, pipeline, airflow_db, monkeypatch
+):
+    """The connect mode's failure when its server is down: within seconds, naming the
+    connection and the safe action; the same task succeeds once the server answers."""
+    from slicewise.connect_server import connect_connection
+    from slicewise.kafka.broker import free_ports
+    from slicewise.operators import SliceSparkConnectOperator
+    from slicewise.planner import plan_slice
+    from slicewise.spark import SparkUnavailable
+
+    settings, producer, _ = load_dag(pipeline, monkeypatch, "connect")
+    start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    produce_hour(producer, start)
+    sl = plan_slice(settings, start, start + timedelta(hours=1))
+    bronze = SliceSparkConnectOperator(
+        task_id="bronze",
+        step="bronze",
+        argv=["--slice-id", sl.slice_id],
+        conn_id="spark_connect_default",
+    )
+    (closed,) = free_ports(1)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", connect_connection(f"sc://127.0.0.1:{closed}")
+    )
+    began = time.monotonic()
+    with pytest.raises(SparkUnavailable) as down:
+        bronze.execute_callable()
+    assert time.monotonic() - began < 30
+    message = str(down.value)
+    assert "'spark_connect_default'" in message and f"127.0.0.1:{closed}" in message
+    assert "Nothing was written" in message and "RUNBOOK.md#spark-connect-server-down" in message
+    assert Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "bronze") is None
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", connect_connection(spark_remote))
+    result = bronze.execute_callable()
+    assert (result.rows, result.committed) == (22, True)

@@ -19,6 +19,7 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from slicewise.config import LOCAL_BOOTSTRAP
+from slicewise.connect_server import DEFAULT_PORT
 from slicewise.kafka.broker import KAFKA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +42,15 @@ def test_the_schema_check_catches_a_broken_file():
 
 
 def test_every_component_of_the_stack_is_there():
-    expected = {"kafka", "kafka-init", "postgres", "spark-master", "spark-worker", "airflow-init"}
+    expected = {
+        "kafka",
+        "kafka-init",
+        "postgres",
+        "spark-master",
+        "spark-worker",
+        "spark-connect",
+        "airflow-init",
+    }
     assert expected | set(AIRFLOW) <= set(SERVICES)
     assert SERVICES["spark-worker"]["deploy"]["replicas"] >= 2
 
@@ -107,6 +116,18 @@ def test_airflow_components_reach_each_other_and_the_spark_master():
     assert SERVICES["spark-worker"]["command"][-1] == conn["host"]
     # Executors connect back to the driver, which runs in the scheduler's tasks.
     assert SERVICES["airflow-scheduler"]["hostname"] == "airflow-scheduler"
+
+    # The connect mode: the steps reach the server, which drives the same master.
+    server = SERVICES["spark-connect"]
+    connect = json.loads(env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"])
+    assert connect["conn_type"] == "spark_connect" and connect["host"] == server["hostname"]
+    assert connect["port"] == DEFAULT_PORT
+    assert env["SLICEWISE_SPARK_REMOTE"] == f"sc://{server['hostname']}:{DEFAULT_PORT}"
+    command = server["command"]
+    assert command[:4] == ["python", "-m", "slicewise.connect_server", "run"]
+    assert command[command.index("--master") + 1] == conn["host"]
+    assert command[command.index("--bind") + 1] == "0.0.0.0"
+    assert server["environment"]["SLICEWISE_LAKEHOUSE"] == env["SLICEWISE_LAKEHOUSE"]
 
 
 def test_spark_runs_the_classes_the_pyspark_wheel_ships():
