@@ -89,10 +89,17 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 class SparkConnectServer:
     """A Spark Connect server as a child JVM; its log and pid file under `home`."""
 
-    def __init__(self, home: Path, port: int = DEFAULT_PORT, master: str = "local[*]") -> None:
+    def __init__(
+        self,
+        home: Path,
+        port: int = DEFAULT_PORT,
+        master: str = "local[*]",
+        bind: str = "127.0.0.1",
+    ) -> None:
         self.home = Path(home)
         self.port = port
         self.master = master
+        self.bind = bind  # 0.0.0.0 in a container; Spark Connect has no authentication of its own
         self._proc: subprocess.Popen | None = None
 
     @property

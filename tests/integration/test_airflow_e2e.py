@@ -226,7 +226,7 @@ def test_a_server_that_is_down_fails_the_step_fast_and_its_retry_succeeds_once_i
     )
     began = time.monotonic()
     with pytest.raises(SparkUnavailable) as down:
-        bronze.execute_callable()
+        bronze.execute({"params": {}})
     assert time.monotonic() - began < 30
     message = str(down.value)
     assert "'spark_connect_default'" in message and f"127.0.0.1:{closed}" in message
@@ -234,5 +234,5 @@ def test_a_server_that_is_down_fails_the_step_fast_and_its_retry_succeeds_once_i
     assert Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "bronze") is None
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", connect_connection(spark_remote))
-    result = bronze.execute_callable()
+    result = bronze.execute({"params": {}})  # the least context a task has
     assert (result.rows, result.committed) == (22, True)
