@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# Seconds a scheduled run may add to its Spark work (issue: a warm engine).
+OVERHEAD_TARGET = 10
+
 
 def ratios(r: dict) -> dict[str, float]:
     """The figures the targets are about, from the raw results."""
@@ -52,7 +55,11 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
     ]
     if "w2_airflow" in r:
         work.append(
-            ("W2 via Airflow", "`airflow dags test`, a spark-submit per step", r["w2_airflow"])
+            (
+                "W2 via Airflow",
+                "`airflow dags test`, steps on a warm Spark Connect server",
+                r["w2_airflow"],
+            )
         )
     for name, what, w in work:
         lines.append(
@@ -74,8 +81,10 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
         lines.append(f"| {name} | {shown} | {op} {goal_shown} | {'yes' if met else '**no**'} |")
     if "w2_airflow" in r:
         overhead = r["w2_airflow"]["seconds"] - r["w2"]["seconds"]
+        met = "yes" if overhead <= OVERHEAD_TARGET else "**no**"
         lines.append(
-            f"| fixed overhead per scheduled run (Airflow wall - W2 Spark work) | {overhead:.0f} s | - | - |"
+            "| fixed overhead per scheduled run (Airflow wall - W2 Spark work) "
+            f"| {overhead:.0f} s | <= {OVERHEAD_TARGET} s | {met} |"
         )
     steps = r["w2"]["steps"]
     lines += [

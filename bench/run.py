@@ -32,6 +32,7 @@ from slicewise.connect_server import SparkConnectServer, connect_connection, war
 from slicewise.kafka.broker import LocalBroker, free_ports
 from slicewise.kafka.producer import Record, TxProducer, ensure_topic, event_value
 from slicewise.planner import plan_slice
+from slicewise.spark import classic_env
 
 RESULTS = REPO_ROOT / "bench" / "results"
 WORKLOADS = Path(__file__).with_name("workloads.py")
@@ -92,7 +93,8 @@ def workload(name: str, params: dict, work: Path) -> dict:
     print(f"[{datetime.now():%H:%M:%S}] {name} ...", flush=True)
     wall, peak, out = run_tree(
         [sys.executable, str(WORKLOADS), name, json.dumps(params)],
-        {**os.environ, "PYSPARK_PYTHON": sys.executable},
+        # Each workload runs its own driver, even after this process opened a Connect session.
+        {**classic_env(dict(os.environ)), "PYSPARK_PYTHON": sys.executable},
         work / f"{name}.log",
     )
     line = next(x for x in out.splitlines() if x.startswith("RESULT "))

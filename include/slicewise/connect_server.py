@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slicewise.config import Settings, load_settings
-from slicewise.spark import local_conf, spark_conf
+from slicewise.spark import classic_env, local_conf, spark_conf
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -124,13 +124,11 @@ class SparkConnectServer:
             )
         self.home.mkdir(parents=True, exist_ok=True)
         env = {
-            **os.environ,
+            **classic_env(dict(os.environ)),  # the server itself is a classic driver
             "SPARK_HOME": str(_wheel_home()),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "PYSPARK_PYTHON": sys.executable,
         }
-        for switch in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
-            env.pop(switch, None)  # the server itself is a classic driver
         with open(self.log_path, "w") as log:
             self._proc = subprocess.Popen(
                 server_command(self.port, self.master, self.bind),

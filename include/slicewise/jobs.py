@@ -21,7 +21,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from slicewise.config import Settings, load_settings
-from slicewise.spark import get_spark, is_remote, ship_package, size_for_slices
+from slicewise.spark import CONNECT_SWITCHES, get_spark, is_remote, ship_package, size_for_slices
 
 
 def _bronze(spark: SparkSession, settings: Settings, args: argparse.Namespace) -> Any:
@@ -147,7 +147,7 @@ def main(step: str, argv: Sequence[str] | None = None) -> int:
     )
     # A parent that opened a Connect session (a test run, an Airflow worker of the other
     # mode) leaves pyspark's connect switches in the environment; this driver is classic.
-    for switch in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
+    for switch in CONNECT_SWITCHES:
         os.environ.pop(switch, None)
     settings = dataclasses.replace(load_settings(), spark_remote=None)
     run(step, step_parser(step).parse_args(argv), settings=settings)

@@ -151,6 +151,16 @@ def remote_session(
     return builder.create() if fresh else builder.getOrCreate()
 
 
+# Once a process opens a Spark Connect session, pyspark marks the whole process (and
+# so every child it starts) as a Connect client through these variables.
+CONNECT_SWITCHES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
+
+
+def classic_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` for a child process that runs its own Spark driver (spark-submit, a server)."""
+    return {k: v for k, v in env.items() if k not in CONNECT_SWITCHES}
+
+
 def is_remote(spark: SparkSession) -> bool:
     """True for a Spark Connect client session (no SparkContext on this side)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")

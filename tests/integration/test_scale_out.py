@@ -25,11 +25,11 @@ from slicewise.airflow_env import VENV_BIN, airflow_env
 from slicewise.connect_server import SparkConnectServer, connect_connection
 from slicewise.kafka.broker import free_ports
 from slicewise.ledger import Ledger
+from slicewise.spark import classic_env
 
 pytestmark = pytest.mark.integration
 
 DAG_ID = "slicewise_pipeline"
-CONNECT_SWITCHES = ("SLICEWISE_SPARK_REMOTE", "SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")
 
 
 def airflow(env: dict[str, str], *args: str) -> str:
@@ -243,7 +243,7 @@ def test_executors_import_the_drivers_slicewise_from_the_shipped_zip(spark_clust
         # A spark-submit application of its own, not a client of the tests' server (whose
         # session left pyspark's connect switches in this process's environment).
         env={
-            **{k: v for k, v in os.environ.items() if k not in CONNECT_SWITCHES},
+            **classic_env({k: v for k, v in os.environ.items() if k != "SLICEWISE_SPARK_REMOTE"}),
             "PYSPARK_PYTHON": sys.executable,
         },
         capture_output=True,
