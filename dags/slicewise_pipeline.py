@@ -9,11 +9,14 @@ import os
 from datetime import timedelta
 
 import pendulum
-from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
 from airflow.sdk import DAG, Asset, BaseOperator, CronDataIntervalTimetable, Param, task
 
 from slicewise.config import grace_seconds, spark_mode
-from slicewise.operators import SliceSparkConnectOperator, SliceSparkSubmitOperator
+from slicewise.operators import (
+    IntervalClosedSensor,
+    SliceSparkConnectOperator,
+    SliceSparkSubmitOperator,
+)
 from slicewise.spark import static_conf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -103,7 +106,7 @@ with DAG(
         ),
     },
 ) as dag:
-    wait = DateTimeSensorAsync(
+    wait = IntervalClosedSensor(
         task_id="wait_for_interval_close",
         target_time="{{ data_interval_end + macros.timedelta(seconds="
         + str(grace_seconds())

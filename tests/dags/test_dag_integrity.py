@@ -98,3 +98,18 @@ print("ok")
     )
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
     assert socket  # the probe patches the child's socket, never ours
+
+
+def test_the_interval_sensor_defers_only_while_the_interval_is_open():
+    from datetime import UTC, datetime, timedelta
+
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from slicewise.operators import IntervalClosedSensor
+
+    now = datetime.now(UTC)
+    closed = IntervalClosedSensor(task_id="closed", target_time=now - timedelta(minutes=1))
+    assert closed.execute({}) is None  # a backfill: no round trip through the triggerer
+    open_ = IntervalClosedSensor(task_id="open", target_time=now + timedelta(hours=1))
+    with pytest.raises(TaskDeferred):
+        open_.execute({})
