@@ -12,7 +12,7 @@ help: ## list the targets
 bootstrap: ## create .venv from the lock file and fetch the jars (idempotent)
 	@bash scripts/bootstrap.sh
 
-demo: bootstrap ## run the main job end to end on the embedded default (local broker, Spark local[*], Airflow/SQLite)
+demo: bootstrap ## run the main job end to end on the embedded default (local broker, Spark Connect server on local[*], Airflow/SQLite)
 	@$(VENV)/python -m slicewise.demo
 
 test: bootstrap ## run lint and every test (starts the real broker, Spark, Delta, Airflow itself)
