@@ -55,8 +55,6 @@ def server_conf(port: int, master: str, bind: str = "127.0.0.1") -> dict[str, st
         # A client that died without releasing its session (SIGKILL) would keep its
         # cached slice in the server's memory for Spark's default of an hour.
         "spark.connect.session.manager.defaultSessionTimeout": "10min",
-        # Each slice step is a small job; more shuffle partitions only add tasks.
-        "spark.sql.adaptive.coalescePartitions.enabled": "true",
     }
 
 

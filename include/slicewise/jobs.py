@@ -72,25 +72,24 @@ def step_parser(
     parser.add_argument(
         "--slice-id", required=True, help="slice to process, e.g. 20261122T030000Z-20261122T040000Z"
     )
-    if step == "bronze":
+    for name, help_text in STEP_FLAGS.get(step, {}).items():
+        # `--flag`, `--flag true` or `--flag false`: the DAG renders a param into the value.
         parser.add_argument(
-            "--accept-data-loss",
-            nargs="?",
-            const="true",
-            default="false",
-            type=_flag,
-            help="ingest what Kafka still retains when part of the slice was deleted (logged)",
-        )
-    if step == "silver":
-        parser.add_argument(
-            "--reprocess-from-bronze",
-            nargs="?",
-            const="true",
-            default="false",
-            type=_flag,
-            help="re-parse the slice's bronze rows with today's rules and replay its quarantine",
+            name, nargs="?", const="true", default="false", type=_flag, help=help_text
         )
     return parser
+
+
+STEP_FLAGS = {
+    "bronze": {
+        "--accept-data-loss": "ingest what Kafka still retains when part of the slice was "
+        "deleted (logged)",
+    },
+    "silver": {
+        "--reprocess-from-bronze": "re-parse the slice's bronze rows with today's rules and "
+        "replay its quarantine",
+    },
+}
 
 
 def _flag(value: str) -> bool:
