@@ -2,42 +2,57 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 # Seconds a scheduled run may add to its Spark work (issue: a warm engine).
 OVERHEAD_TARGET = 10
 
 
+def isolation_costs(r: dict) -> list[float]:
+    """read_committed's cost over read_uncommitted, per repetition (paired in time)."""
+    by = r["isolation"]["by_isolation"]
+    return [c / u - 1 for c, u in zip(by["read_committed"], by["read_uncommitted"], strict=True)]
+
+
 def ratios(r: dict) -> dict[str, float]:
-    """The figures the targets are about, from the raw results."""
-    w0, w1, w2 = r["w0"], r["w1"], r["w2"]
-    iso = w0["by_isolation"]
-    steps = w2["steps"]
-    out = {
-        "W2/W1": w1["seconds"] / w2["seconds"],  # throughput ratio: same rows
-        "W2/W0": w0["seconds"] / w2["seconds"],
-        "gate share of slice time": steps["gate"] / w2["seconds"],
-        "read_committed cost": iso["read_committed"] / iso["read_uncommitted"] - 1,
-    }
-    merges = [m for m in r["w3"]["merges"] if m["dup_rate"] == 0.01 and m["horizon"]]
-    if len(merges) > 1:
-        low, high = min(merges, key=lambda m: m["scale"]), max(merges, key=lambda m: m["scale"])
-        out[f"MERGE {high['scale']}x / {low['scale']}x"] = high["seconds"] / low["seconds"]
+    """The figures the targets are about, from the raw results: per slice size, the
+    throughput ratios (same rows, so a ratio of seconds); on the first size, the gate's
+    share and the MERGE's growth."""
+    out: dict[str, float] = {}
+    for size in r["slices"]:
+        label = f"{size['records'] / 1e6:g} M"
+        out[f"W2/W1 ({label})"] = size["w1"]["seconds"] / size["w2"]["seconds"]
+        out[f"W2/W0 ({label})"] = size["w0"]["seconds"] / size["w2"]["seconds"]
+    first = r["slices"][0]["w2"]
+    out["gate share of slice time"] = first["steps"]["gate"] / first["seconds"]
+    merges = [m for m in r["w3"]["merges"] if m["horizon"]]
+    scales = sorted({m["scale"] for m in merges})
+    if len(scales) > 1:
+        for dup in sorted({m["dup_rate"] for m in merges}):
+            at = {m["scale"]: m["seconds"] for m in merges if m["dup_rate"] == dup}
+            out[f"MERGE {scales[-1]}x / {scales[0]}x, {dup:.0%} re-sent"] = (
+                at[scales[-1]] / at[scales[0]]
+            )
     return out
 
 
+def target_of(name: str, targets: dict[str, tuple[str, float]]) -> tuple[str, float]:
+    """A figure's target: its name without the size or duplicate rate it was measured at."""
+    key = name.split(" (")[0]
+    return targets["MERGE 100x / 1x" if key.startswith("MERGE") else key]
+
+
 def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
-    rows, cores = r["w2"]["rows"], r["cores"]
-
-    def per_core(seconds: float) -> str:
-        return f"{rows / seconds / cores:,.0f}"
-
+    cores = r["cores"]
+    sizes = ", ".join(f"{s['records']:,}" for s in r["slices"])
+    aborted = ", ".join(f"{s['produced']['aborted']:,}" for s in r["slices"])
     lines = [
         f"# Benchmark, {r['when']}",
         "",
         f"Machine: {r['machine']}.",
-        f"Slice: {rows:,} committed records in 3 partitions (~1 % re-sent ids, ~0.1 % malformed),"
-        f" plus {r['produced']['aborted']:,} aborted. Command: `.venv/bin/python bench/run.py"
+        f"Slices: {sizes} committed records in 3 partitions (~1 % re-sent ids, ~0.1 % "
+        f"malformed), plus {aborted} aborted. Command: `.venv/bin/python bench/run.py"
         + "".join(
             f" --{k.replace('_', '-')} {v}"
             for k, v in r["args"].items()
@@ -45,54 +60,65 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
         )
         + "`.",
         "",
-        "| workload | what | seconds | rows/s per core | peak memory |",
-        "|---|---|---:|---:|---:|",
+        "| slice | workload | what | seconds | rows/s per core | peak memory |",
+        "|---:|---|---|---:|---:|---:|",
     ]
-    work = [
-        ("W0", "batch read of the offsets -> Parquet, no dedup (ceiling)", r["w0"]),
-        ("W1", "Structured Streaming AvailableNow, foreachBatch bronze + MERGE", r["w1"]),
-        ("W2", "ours: plan, bronze, silver, gate, publish, one session", r["w2"]),
-    ]
-    if "w2_airflow" in r:
-        work.append(
-            (
-                "W2 via Airflow",
-                "`airflow dags test`, steps on a warm Spark Connect server",
-                r["w2_airflow"],
+    what = {
+        "w0": ("W0", "batch read of the offsets -> Parquet, no dedup (ceiling)"),
+        "w1": ("W1", "Structured Streaming AvailableNow, foreachBatch bronze + MERGE"),
+        "w2": ("W2", "ours: plan, bronze, silver, gate, publish, one session"),
+    }
+    for size in r["slices"]:
+        rows = size["w2"]["rows"]
+        for key, (name, text) in what.items():
+            w = size[key]
+            lines.append(
+                f"| {size['records']:,} | {name} | {text} | {w['seconds']:.1f} "
+                f"| {rows / w['seconds'] / cores:,.0f} | {w['peak_rss'] / 2**20:,.0f} MiB |"
             )
-        )
-    for name, what, w in work:
+    if "w2_airflow" in r:
+        w, first = r["w2_airflow"], r["slices"][0]
         lines.append(
-            f"| {name} | {what} | {w['seconds']:.1f} | {per_core(w['seconds'])} "
-            f"| {w['peak_rss'] / 2**20:,.0f} MiB |"
+            f"| {first['records']:,} | W2 via Airflow | `airflow dags test`, steps on a warm "
+            f"Spark Connect server | {w['seconds']:.1f} "
+            f"| {first['w2']['rows'] / w['seconds'] / cores:,.0f} | {w['peak_rss'] / 2**20:,.0f} MiB |"
         )
     lines += ["", "| figure | measured | target | met |", "|---|---:|---:|---|"]
-    measured = ratios(r)
-    for name, value in measured.items():
-        key = "MERGE 100x / 1x" if name.startswith("MERGE") else name
-        op, goal = targets[key]
+    for name, value in ratios(r).items():
+        op, goal = target_of(name, targets)
         met = value >= goal if op == ">=" else value <= goal
-        shown = (
-            f"{value:+.1%}"
-            if name == "read_committed cost"
-            else (f"{value:.0%}" if "share" in name else f"{value:.2f}")
+        shown, goal_shown = (
+            (f"{value:.0%}", f"{goal:.0%}") if "share" in name else (f"{value:.2f}", f"{goal}")
         )
-        goal_shown = f"{goal:.0%}" if "share" in name or "cost" in name else f"{goal}"
         lines.append(f"| {name} | {shown} | {op} {goal_shown} | {'yes' if met else '**no**'} |")
     if "w2_airflow" in r:
-        overhead = r["w2_airflow"]["seconds"] - r["w2"]["seconds"]
+        overhead = r["w2_airflow"]["seconds"] - r["slices"][0]["w2"]["seconds"]
         met = "yes" if overhead <= OVERHEAD_TARGET else "**no**"
         lines.append(
             "| fixed overhead per scheduled run (Airflow wall - W2 Spark work) "
             f"| {overhead:.0f} s | <= {OVERHEAD_TARGET} s | {met} |"
         )
-    steps = r["w2"]["steps"]
+    for size in r["slices"]:
+        steps = size["w2"]["steps"]
+        lines += [
+            "",
+            f"W2 steps on {size['records']:,} records (seconds): "
+            + ", ".join(f"{k} {v:.1f}" for k, v in steps.items())
+            + ".",
+        ]
+    if "isolation" in r:
+        costs = isolation_costs(r)
+        by = r["isolation"]["by_isolation"]
+        lines += [
+            "",
+            f"read_committed against read_uncommitted, W0's read of the "
+            f"{r['isolation']['records']:,}-record slice, {len(costs)} repetitions in "
+            f"alternating order: cost median {statistics.median(costs):+.1%}, "
+            f"range {min(costs):+.1%} to {max(costs):+.1%} "
+            f"(read_committed {_seconds(by['read_committed'])} s; "
+            f"read_uncommitted {_seconds(by['read_uncommitted'])} s).",
+        ]
     lines += [
-        "",
-        "W2 steps (seconds): "
-        + ", ".join(f"{k} {v:.1f}" for k, v in steps.items())
-        + f". read_committed {r['w0']['by_isolation']['read_committed']:.1f} s, "
-        f"read_uncommitted {r['w0']['by_isolation']['read_uncommitted']:.1f} s (W0, best of 2).",
         "",
         "MERGE as silver grows (W3: synthetic slice of "
         f"{r['args']['w3_slice']} rows; history over {r['args']['history_days']} days):",
@@ -109,17 +135,23 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def _seconds(values: list[float]) -> str:
+    return ", ".join(f"{v:.1f}" for v in values)
+
+
 def plot(r: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows, cores = r["w2"]["rows"], r["cores"]
+    cores = r["cores"]
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.2))
+    first = r["slices"][0]
+    rows = first["w2"]["rows"]
     names = ["W0", "W1", "W2"] + (["W2 via\nAirflow"] if "w2_airflow" in r else [])
-    seconds = [r["w0"]["seconds"], r["w1"]["seconds"], r["w2"]["seconds"]]
+    seconds = [first["w0"]["seconds"], first["w1"]["seconds"], first["w2"]["seconds"]]
     seconds += [r["w2_airflow"]["seconds"]] if "w2_airflow" in r else []
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     left.bar(
         names,
         [rows / s / cores for s in seconds],
@@ -127,6 +159,15 @@ def plot(r: dict, path: Path) -> None:
     )
     left.set_ylabel("rows/s per core")
     left.set_title(f"throughput, one slice of {rows:,} records")
+    for key, color in (("w0", "#888"), ("w1", "#4a7"), ("w2", "#36c")):
+        pts = sorted((s["records"], s[key]["seconds"]) for s in r["slices"])
+        middle.plot(
+            [p[0] for p in pts], [p[1] for p in pts], marker="o", color=color, label=key.upper()
+        )
+    middle.set_xlabel("records in the slice")
+    middle.set_ylabel("seconds")
+    middle.set_title("cost against slice size")
+    middle.legend(fontsize=7)
     for dup in sorted({m["dup_rate"] for m in r["w3"]["merges"]}):
         for horizon, style in ((True, "-"), (False, "--")):
             pts = sorted(

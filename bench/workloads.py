@@ -8,6 +8,8 @@ its work, and prints one line `RESULT <json>`. The parent measures peak memory.
 
     w0        Spark batch read of the slice's offsets -> Parquet, no dedup (the ceiling);
               read_committed and read_uncommitted alternately, best of `repeats`
+    isolation W0's read under read_committed and read_uncommitted, `repeats` times each
+              in alternating order after a warm-up read of each: the cost and its spread
     w1        Structured Streaming, Trigger.AvailableNow, foreachBatch: append bronze,
               insert-only MERGE into silver (the standard baseline)
     w2        ours, calling the jobs directly: plan, bronze, silver, gate, publish
@@ -93,6 +95,25 @@ def w0(settings: Settings, params: dict) -> dict:
         "by_isolation": best,
         "rows_by_isolation": rows,
     }
+
+
+def isolation(settings: Settings, params: dict) -> dict:
+    spark = session(settings)
+    out = Path(params["work"]) / "isolation"
+    levels = ("read_committed", "read_uncommitted")
+    seconds: dict[str, list[float]] = {level: [] for level in levels}
+    for rep in range(params["repeats"] + 1):  # rep 0 warms up both reads
+        for level in levels if rep % 2 else levels[::-1]:  # neither always goes first
+            took, _ = timed(
+                lambda level=level: (
+                    kafka_batch(spark, settings, params["ranges"], level)
+                    .write.mode("overwrite")
+                    .parquet(str(out / level))
+                )
+            )
+            if rep:
+                seconds[level].append(took)
+    return {"seconds": sum(map(sum, seconds.values())), "by_isolation": seconds}
 
 
 # The baseline parses with a declared schema, as a user would; no quarantine, no gate.
@@ -216,7 +237,7 @@ def synthetic_events(
 
 
 def w3(settings: Settings, params: dict) -> dict:
-    from slicewise.silver import merge_into_silver
+    from slicewise.silver import ensure_silver, merge_into_silver
 
     spark = session(settings)
     n, days = params["slice_rows"], params["history_days"]
@@ -234,14 +255,13 @@ def w3(settings: Settings, params: dict) -> dict:
         )
     for scale in params["scales"]:
         path = str(Path(params["work"]) / f"w3-silver-{scale}x")
-        # History: scale x n rows spread over `days` days ending today, one file per day.
+        # History: scale x n rows spread over `days` days ending today, one file per day,
+        # in a silver created as the pipeline creates it (its table properties included).
         history = synthetic_events(spark, scale * n, today, days, "h", 1)
+        ensure_silver(spark, path)
         prefill, _ = timed(
             lambda history=history, path=path: (
-                history.repartition("event_date")
-                .write.format("delta")
-                .partitionBy("event_date")
-                .save(path)
+                history.repartition("event_date").write.format("delta").mode("append").save(path)
             )
         )
         base = DeltaTable.forPath(spark, path).history(1).first()["version"]
@@ -303,7 +323,7 @@ def w3(settings: Settings, params: dict) -> dict:
     return {"merges": results}
 
 
-WORKLOADS = {"w0": w0, "w1": w1, "w2": w2, "w3": w3}
+WORKLOADS = {"w0": w0, "isolation": isolation, "w1": w1, "w2": w2, "w3": w3}
 
 
 def main(name: str, raw: str) -> None:

@@ -26,9 +26,10 @@ from slicewise.ledger import Ledger, slice_to_json
 from slicewise.slices import DataLossError, Slice, find_data_loss
 from slicewise.tables import (
     BRONZE,
-    committed_by,
+    append_once,
+    commit_metrics,
     conform,
-    read_table,
+    of_slice,
     retry_on_conflict,
     table_exists,
 )
@@ -83,7 +84,7 @@ def read_slice(
 def slice_in_bronze(spark: SparkSession, path: str, slice_id: str) -> bool:
     if not table_exists(spark, path):
         return False
-    return read_table(spark, path, BRONZE).where(F.col("slice_id") == slice_id).limit(1).count() > 0
+    return of_slice(spark, path, BRONZE, slice_id).limit(1).count() > 0
 
 
 def run_bronze(
@@ -102,7 +103,7 @@ def _bronze(
     sl = ledger.load_slice(slice_id)
     path = settings.table("bronze")
     if slice_in_bronze(spark, path, slice_id):
-        rows = read_table(spark, path, BRONZE).where(F.col("slice_id") == slice_id).count()
+        rows = of_slice(spark, path, BRONZE, slice_id).count()
         log.info("%s is already in bronze (%d rows); nothing to do", sl.describe(), rows)
         ledger.record_step(slice_id, "bronze", {"rows": rows})
         return BronzeResult(slice_id, rows, committed=False)
@@ -121,21 +122,18 @@ def _bronze(
         metadata["data_loss_accepted"] = [d.__dict__ for d in losses]
         ledger.record_step(slice_id, "data_loss_ack", {"losses": [d.__dict__ for d in losses]})
 
-    df = read_slice(spark, settings, sl, ranges).cache()
-    rows = df.count()
-    (
-        df.write.format("delta")
-        .mode("append")
-        .option("txnAppId", f"slicewise/bronze/{slice_id}")
-        .option("txnVersion", 0)
-        .option("userMetadata", json.dumps(metadata, sort_keys=True))
-        .save(path)
+    # One pass: Kafka straight into the Delta commit; the row count comes from the
+    # commit's own metrics rather than from a second read of the slice.
+    append_once(
+        read_slice(spark, settings, sl, ranges), path, f"slicewise/bronze/{slice_id}", metadata
     )
-    df.unpersist()
-    if not committed_by(spark, path, attempt):
+    metrics = commit_metrics(spark, path, attempt)
+    if metrics is None:
+        rows = of_slice(spark, path, BRONZE, slice_id).count()
         log.info("%s was committed by a concurrent attempt; nothing to do", sl.describe())
         ledger.record_step(slice_id, "bronze", {"rows": rows})
         return BronzeResult(slice_id, rows, committed=False)
+    rows = int(metrics.get("numOutputRows", 0))
     fault_point("bronze.committed", settings, slice_id)
     ledger.record_step(slice_id, "bronze", {"rows": rows})
     log.info("bronze committed %s: %d rows", sl.describe(), rows)

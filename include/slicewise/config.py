@@ -12,18 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slicewise.errors import ConfigError
+from slicewise.kafka.security import KAFKA_PROP_PREFIX, KAFKA_SPARK_PROP_PREFIX, java_props
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_BOOTSTRAP = "127.0.0.1:19092"
-
-# Kafka client properties, in librdkafka's names: SLICEWISE_KAFKA_PROP_SASL_MECHANISM=PLAIN
-# becomes sasl.mechanism=PLAIN for the Python clients, and Spark's Java client gets the
-# equivalent (slicewise.kafka.security). Java-only extras: SLICEWISE_KAFKA_SPARK_PROP_*.
-KAFKA_PROP_PREFIX = "SLICEWISE_KAFKA_PROP_"
-KAFKA_SPARK_PROP_PREFIX = "SLICEWISE_KAFKA_SPARK_PROP_"
-
-
-class ConfigError(ValueError):
-    """A setting is missing or invalid; the message says which variable to change."""
 
 
 @dataclass(frozen=True)
@@ -46,8 +39,6 @@ class Settings:
     @property
     def spark_kafka_props(self) -> dict[str, str]:
         """The Java client's properties for Spark's Kafka source."""
-        from slicewise.kafka.security import java_props
-
         return java_props(self.kafka_props, self.kafka_spark_props)
 
     @property

@@ -7,6 +7,8 @@ Two suites, versioned here in code:
     the slice added no duplicate, at a cost that follows the slice, not silver;
   * slice_reconciliation: bronze rows = quarantined + duplicates + silver rows,
     and no valid event_id of the slice is missing from silver.
+The slice's ids are those silver kept (`slice_ids`): the gate reads tables only and
+never parses the slice again.
 A failure raises `GateFailed` naming the offending ids and counts, after writing
 Data Docs to `<state>/data_docs` and the outcome to the ledger.
 """
@@ -17,16 +19,20 @@ import logging
 from dataclasses import asdict
 
 import great_expectations.expectations as gxe
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from slicewise.config import Settings
 from slicewise.faults import fault_point
 from slicewise.gate_engine import GateFailed, GateReport, validate
 from slicewise.ledger import Ledger
-from slicewise.reconcile import SliceCounts, parsed_slice, silver_window, slice_counts
-from slicewise.silver import horizon_window
+from slicewise.reconcile import (
+    SliceCounts,
+    recorded_ids,
+    silver_window,
+    slice_counts,
+    slice_window,
+)
 from slicewise.tables import SILVER
-from slicewise.transforms import valid_events
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +65,12 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
     """Validate one slice; record the outcome; raise `GateFailed` if it failed."""
     ledger = Ledger(settings.ledger_dir, settings.topic)
     ledger.load_slice(slice_id)
-    parsed = parsed_slice(spark, settings, slice_id)
-    try:
-        counts, reports = _validate(spark, settings, slice_id, parsed)
-    finally:
-        parsed.unpersist()
+    if ledger.step(slice_id, "silver") is None:
+        raise GateFailed(
+            f"slice {slice_id} has not been through silver; run `slicewise silver --slice-id "
+            f"{slice_id}` (or clear the silver task) first. Nothing was published."
+        )
+    counts, reports = _validate(spark, settings, slice_id)
     success = all(r.success for r in reports)
     summary = "\n".join(r.summary() for r in reports)
     outcome = {
@@ -79,7 +86,7 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
         failed = next(r for r in reports if not r.success)
         raise GateFailed(
             f"gate FAILED for slice {slice_id} ({counts.describe()}):\n{summary}\n"
-            "Nothing was published. See docs/RUNBOOK.md#gate-failed.",
+            f"{_hint(counts)}Nothing was published. See docs/RUNBOOK.md#gate-failed.",
             failed,
         )
     log.info("gate passed for %s: %s", slice_id, counts.describe())
@@ -87,12 +94,12 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
 
 
 def _validate(
-    spark: SparkSession, settings: Settings, slice_id: str, parsed: DataFrame
+    spark: SparkSession, settings: Settings, slice_id: str
 ) -> tuple[SliceCounts, list[GateReport]]:
-    valid = valid_events(parsed)
-    counts = slice_counts(spark, settings, slice_id, parsed)
-    window = silver_window(spark, settings, horizon_window(valid, settings.dedup_horizon_days))
-    rows = window.join(valid.select("event_id").distinct(), "event_id", "left_semi")
+    window = slice_window(spark, settings, slice_id)
+    counts = slice_counts(spark, settings, slice_id, window)
+    ids = recorded_ids(spark, settings, slice_id).select("event_id")
+    rows = silver_window(spark, settings, window).join(ids, "event_id", "left_semi")
     counts_df = spark.createDataFrame(
         [(counts.read, counts.accounted, counts.missing)], "read long, accounted long, missing long"
     )
@@ -107,3 +114,15 @@ def _validate(
             slice_id,
         ),
     ]
+
+
+def _hint(counts: SliceCounts) -> str:
+    """A likely cause the counts alone point at."""
+    ids = counts.inserted + counts.duplicates_in_silver + counts.missing
+    if ids == 0 and counts.read > counts.quarantined:
+        return (
+            "Silver kept no event ids for this slice: it ran before slicewise kept them "
+            "(slice_ids) or did not finish. Run silver for the slice again (safe: its writes "
+            "are idempotent), then the gate.\n"
+        )
+    return ""

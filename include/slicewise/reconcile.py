@@ -2,8 +2,10 @@
 
 read = quarantined + duplicates_in_slice + inserted + duplicates_in_silver,
 and no valid event_id of the slice may be missing from silver. Computing this
-from bronze, quarantine and (the horizon window of) silver, rather than from a
-MERGE's metrics, gives the same answer on every rerun and in any order.
+from bronze, quarantine, the slice's ids and (the horizon window of) silver,
+rather than from a MERGE's metrics, gives the same answer on every rerun and in
+any order. No parse: silver keeps the slice's ids (`transforms.slice_ids`), so
+silver and the gate count with the same query.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from slicewise.config import Settings
-from slicewise.tables import BRONZE, QUARANTINE, SILVER, read_table
-from slicewise.transforms import parse_events, valid_events
+from slicewise.tables import BRONZE, QUARANTINE, SILVER, SLICE_IDS, of_slice, read_table
+from slicewise.transforms import event_date_span, horizon_window
 
 
 @dataclass(frozen=True)
@@ -47,62 +49,61 @@ class SliceCounts:
         )
 
 
+def recorded_ids(spark: SparkSession, settings: Settings, slice_id: str) -> DataFrame:
+    return of_slice(spark, settings.table("slice_ids"), SLICE_IDS, slice_id)
+
+
+def slice_window(
+    spark: SparkSession, settings: Settings, slice_id: str
+) -> tuple[date, date] | None:
+    """Event dates the slice's MERGE may touch (its dates widened by the dedup horizon),
+    or None when it has no valid event."""
+    span = event_date_span(recorded_ids(spark, settings, slice_id)).first()
+    if span is None or span["first"] is None:
+        return None
+    return horizon_window(span["first"], span["last"], settings.dedup_horizon_days)
+
+
 def silver_window(
-    spark: SparkSession, settings: Settings, dates: tuple[date, date] | None
+    spark: SparkSession, settings: Settings, window: tuple[date, date] | None
 ) -> DataFrame:
-    """Silver rows within the horizon of the slice's event dates (partition-pruned)."""
+    """Silver rows within a window of event dates (partition-pruned)."""
     silver = read_table(spark, settings.table("silver"), SILVER)
-    if dates is None:
+    if window is None:
         return silver.limit(0)
-    lo, hi = dates
+    lo, hi = window
     return silver.where(F.col("event_date").between(F.lit(lo), F.lit(hi)))
 
 
-def parsed_slice(spark: SparkSession, settings: Settings, slice_id: str) -> DataFrame:
-    """The slice's bronze rows, parsed once and cached; the caller unpersists.
-
-    Every step filters them (valid, quarantined) several times. Uncached, Spark
-    pushes each filter on `reason` below the parse and evaluates it inline, which
-    costs several parses per row (see `parse_events`).
-    """
-    bronze = read_table(spark, settings.table("bronze"), BRONZE).where(
-        F.col("slice_id") == slice_id
-    )
-    return parse_events(bronze, settings.max_value_bytes).cache()
-
-
 def slice_counts(
-    spark: SparkSession, settings: Settings, slice_id: str, parsed: DataFrame
+    spark: SparkSession, settings: Settings, slice_id: str, window: tuple[date, date] | None
 ) -> SliceCounts:
-    """Counts from the tables; `parsed` is the calling step's `parsed_slice`."""
-    from slicewise.silver import horizon_window  # circular at import time otherwise
-
-    quarantine = read_table(spark, settings.table("quarantine"), QUARANTINE).where(
-        F.col("slice_id") == slice_id
+    """The slice's counts in one query over bronze, quarantine, its ids and silver's window."""
+    ids = recorded_ids(spark, settings, slice_id)
+    stored = silver_window(spark, settings, window).select(
+        "event_id", F.col("slice_id").alias("owner")
     )
-    valid = valid_events(parsed)
-    window = silver_window(spark, settings, horizon_window(valid, settings.dedup_horizon_days))
-
-    ids = valid.groupBy("event_id").count()
-    stored = window.select("event_id", F.col("slice_id").alias("owner"))
-    joined = ids.join(stored, "event_id", "left")
-    agg = joined.agg(
-        F.coalesce(F.sum("count"), F.lit(0)).alias("valid"),
-        F.count("*").alias("distinct_ids"),
-        F.sum(F.when(F.col("owner") == slice_id, 1).otherwise(0)).alias("inserted"),
-        F.sum(
-            F.when(F.col("owner").isNotNull() & (F.col("owner") != slice_id), 1).otherwise(0)
-        ).alias("elsewhere"),
-        F.sum(F.when(F.col("owner").isNull(), 1).otherwise(0)).alias("missing"),
-    ).first()
-    valid_rows = int(agg["valid"] or 0)
-    distinct_ids = int(agg["distinct_ids"] or 0) if valid_rows else 0
+    owner = F.col("owner")
+    facts = ids.join(stored, "event_id", "left").agg(
+        F.coalesce(F.sum("copies"), F.lit(0)).alias("valid"),
+        F.count("event_id").alias("distinct_ids"),
+        F.count_if(owner == slice_id).alias("inserted"),
+        F.count_if(owner.isNotNull() & (owner != slice_id)).alias("elsewhere"),
+        F.count_if(owner.isNull()).alias("missing"),
+    )
+    read = of_slice(spark, settings.table("bronze"), BRONZE, slice_id).agg(
+        F.count("*").alias("read")
+    )
+    quarantined = of_slice(spark, settings.table("quarantine"), QUARANTINE, slice_id).agg(
+        F.count("*").alias("quarantined")
+    )
+    row = facts.crossJoin(read).crossJoin(quarantined).first()
     return SliceCounts(
         slice_id=slice_id,
-        read=parsed.count(),
-        quarantined=quarantine.count(),
-        duplicates_in_slice=valid_rows - distinct_ids,
-        inserted=int(agg["inserted"] or 0),
-        duplicates_in_silver=int(agg["elsewhere"] or 0),
-        missing=int(agg["missing"] or 0),
+        read=int(row["read"]),
+        quarantined=int(row["quarantined"]),
+        duplicates_in_slice=int(row["valid"]) - int(row["distinct_ids"]),
+        inserted=int(row["inserted"]),
+        duplicates_in_silver=int(row["elsewhere"]),
+        missing=int(row["missing"]),
     )

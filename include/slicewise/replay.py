@@ -1,8 +1,9 @@
 """Replay a slice's quarantine after a fix (a parser change, a raised size limit).
 
-Re-parses the slice's bronze rows with today's rules, MERGEs the now-valid
-events into silver (the MERGE keeps the lowest position, so this is safe to
-repeat), then rewrites the slice's quarantine rows to what is still invalid.
+Re-parses the slice's bronze rows with today's rules, rewrites the slice's ids
+(`slice_ids`) to its now-valid events, MERGEs them into silver (the MERGE keeps
+the lowest position, so this is safe to repeat), then rewrites the slice's
+quarantine rows to what is still invalid.
 Run it again if it is interrupted; the counts reconcile once it completes.
 """
 
@@ -11,13 +12,13 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from slicewise.config import Settings
 from slicewise.ledger import Ledger
-from slicewise.reconcile import SliceCounts, parsed_slice, slice_counts
-from slicewise.silver import horizon_window, merge_into_silver
-from slicewise.transforms import dedup_within, quarantined, valid_events
+from slicewise.reconcile import SliceCounts, slice_counts, slice_window
+from slicewise.silver import merge_into_silver, parsed_slice
+from slicewise.transforms import dedup_within, quarantined, slice_ids, valid_events
 
 log = logging.getLogger(__name__)
 
@@ -26,19 +27,28 @@ def run_replay(spark: SparkSession, settings: Settings, slice_id: str) -> SliceC
     ledger = Ledger(settings.ledger_dir, settings.topic)
     ledger.load_slice(slice_id)  # fails clearly if the slice is unknown
     parsed = parsed_slice(spark, settings, slice_id)
-    events = dedup_within(valid_events(parsed))
-    window = horizon_window(events, settings.dedup_horizon_days)
-    if window is not None:
-        merge_into_silver(spark, settings.table("silver"), events, window, app_id=None)
-    (
-        quarantined(parsed)
-        .write.format("delta")
-        .mode("overwrite")
-        .option("replaceWhere", f"slice_id = '{slice_id}'")
-        .save(settings.table("quarantine"))
-    )
-    counts = slice_counts(spark, settings, slice_id, parsed)
-    parsed.unpersist()
+    try:
+        valid = valid_events(parsed)
+        replace_slice(slice_ids(valid), settings.table("slice_ids"), slice_id)
+        window = slice_window(spark, settings, slice_id)
+        if window is not None:
+            merge_into_silver(
+                spark, settings.table("silver"), dedup_within(valid), window, app_id=None
+            )
+        replace_slice(quarantined(parsed), settings.table("quarantine"), slice_id)
+    finally:
+        parsed.unpersist()
+    counts = slice_counts(spark, settings, slice_id, window)
     ledger.record_step(slice_id, "replay", asdict(counts))
     log.info("replayed quarantine of %s: %s", slice_id, counts.describe())
     return counts
+
+
+def replace_slice(df: DataFrame, path: str, slice_id: str) -> None:
+    """The slice's rows of a table become `df`'s (other slices' rows untouched)."""
+    (
+        df.write.format("delta")
+        .mode("overwrite")
+        .option("replaceWhere", f"slice_id = '{slice_id}'")
+        .save(path)
+    )

@@ -1,34 +1,65 @@
 """Silver: each valid event_id once, via an idempotent MERGE bounded by the horizon.
 
-Within the slice the lowest Kafka position survives (`dedup_within`). Across
-slices the MERGE replaces a stored copy only by one at a lower position, so
-silver ends the same whatever order slices run in and however often. The
-MERGE only looks at silver rows whose event_date lies within the dedup horizon
-of the slice's own dates: Delta prunes every other partition, so its cost
-follows the slice, not the table.
+The slice is parsed here, once (`parsed_slice`): its bad records go to quarantine,
+its valid events' ids to `slice_ids` (what the gate and publish need of it), and
+its events into silver. Within the slice the lowest Kafka position survives
+(`dedup_within`). Across slices the MERGE replaces a stored copy only by one at a
+lower position, so silver ends the same whatever order slices run in and however
+often. The MERGE only looks at silver rows whose event_date lies within the dedup
+horizon of the slice's own dates: Delta prunes every other partition, so its cost
+follows the slice, not the table. Silver has deletion vectors: a MERGE marks the
+rows it replaces instead of rewriting every file that holds a matched row.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from datetime import date, timedelta
+from datetime import date
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from slicewise.config import Settings
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
-from slicewise.reconcile import SliceCounts, parsed_slice, slice_counts
-from slicewise.tables import SILVER, delta_ref, retry_on_conflict, table_exists
-from slicewise.transforms import EARLIER_SQL, dedup_within, quarantined, valid_events
+from slicewise.reconcile import SliceCounts, slice_counts, slice_window
+from slicewise.tables import (
+    BRONZE,
+    SILVER,
+    append_once,
+    delta_ref,
+    of_slice,
+    retry_on_conflict,
+    table_properties,
+)
+from slicewise.transforms import (
+    EARLIER_SQL,
+    dedup_within,
+    parse_events,
+    quarantined,
+    slice_ids,
+    valid_events,
+)
 
 log = logging.getLogger(__name__)
+
+# A MERGE that replaces a row marks it deleted in a deletion vector instead of
+# rewriting its whole file: the MERGE's cost stays flat as silver grows.
+SILVER_PROPERTIES = {"delta.enableDeletionVectors": "true"}
+
+
+def parsed_slice(spark: SparkSession, settings: Settings, slice_id: str) -> DataFrame:
+    """The slice's bronze rows, parsed and cached; the caller unpersists.
+
+    Silver filters them (valid, quarantined, ids) several times. Uncached, Spark
+    pushes each filter on `reason` below the parse and evaluates it inline, which
+    costs several parses per row (see `parse_events`).
+    """
+    bronze = of_slice(spark, settings.table("bronze"), BRONZE, slice_id)
+    return parse_events(bronze, settings.max_value_bytes).cache()
 
 
 @contextmanager
@@ -44,22 +75,19 @@ def idempotent_dml(spark: SparkSession, app_id: str) -> Iterator[None]:
 
 
 def ensure_silver(spark: SparkSession, path: str) -> None:
-    if not table_exists(spark, path):
-        (
-            spark.createDataFrame([], SILVER)
-            .write.format("delta")
-            .partitionBy("event_date")
-            .mode("ignore")
-            .save(path)
-        )
-
-
-def horizon_window(events: DataFrame, horizon_days: int) -> tuple[date, date] | None:
-    """Event dates the MERGE may touch: the slice's dates widened by the horizon."""
-    row = events.agg(F.min("event_date").alias("lo"), F.max("event_date").alias("hi")).first()
-    if row is None or row["lo"] is None:
-        return None
-    return row["lo"] - timedelta(days=horizon_days), row["hi"] + timedelta(days=horizon_days)
+    """Create silver (partitioned by event_date, with SILVER_PROPERTIES), or give a silver
+    made by an earlier version the properties it lacks."""
+    properties = table_properties(spark, path)
+    wanted = ", ".join(f"'{k}' = '{v}'" for k, v in SILVER_PROPERTIES.items())
+    if properties is None:
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in SILVER.fields)
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {delta_ref(path)} ({columns}) USING delta "
+            f"PARTITIONED BY (event_date) TBLPROPERTIES ({wanted})"
+        ).collect()
+    elif any(properties.get(k) != v for k, v in SILVER_PROPERTIES.items()):
+        log.info("silver at %s: setting %s", path, wanted)
+        spark.sql(f"ALTER TABLE {delta_ref(path)} SET TBLPROPERTIES ({wanted})").collect()
 
 
 def merge_into_silver(
@@ -101,30 +129,39 @@ def run_silver(spark: SparkSession, settings: Settings, slice_id: str) -> SliceC
 def _silver(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCounts:
     ledger = Ledger(settings.ledger_dir, settings.topic)
     sl = ledger.load_slice(slice_id)
+    metadata = {"step": "silver", "slice_id": slice_id}
     parsed = parsed_slice(spark, settings, slice_id)
-
-    (
-        quarantined(parsed)
-        .write.format("delta")
-        .mode("append")
-        .option("txnAppId", f"slicewise/quarantine/{slice_id}")
-        .option("txnVersion", 0)
-        .option("userMetadata", json.dumps({"step": "silver", "slice_id": slice_id}))
-        .save(settings.table("quarantine"))
-    )
-    fault_point("silver.quarantined", settings, slice_id)
-    events = dedup_within(valid_events(parsed))
-    window = horizon_window(events, settings.dedup_horizon_days)
-    if window is not None:
-        merge_into_silver(
-            spark, settings.table("silver"), events, window, f"slicewise/silver/{slice_id}"
+    try:
+        append_once(
+            quarantined(parsed),
+            settings.table("quarantine"),
+            f"slicewise/quarantine/{slice_id}",
+            metadata,
         )
-    else:
-        ensure_silver(spark, settings.table("silver"))
+        fault_point("silver.quarantined", settings, slice_id)
+        valid = valid_events(parsed)
+        append_once(
+            slice_ids(valid),
+            settings.table("slice_ids"),
+            f"slicewise/slice_ids/{slice_id}",
+            metadata,
+        )
+        window = slice_window(spark, settings, slice_id)
+        if window is not None:
+            merge_into_silver(
+                spark,
+                settings.table("silver"),
+                dedup_within(valid),
+                window,
+                f"slicewise/silver/{slice_id}",
+            )
+        else:
+            ensure_silver(spark, settings.table("silver"))
+    finally:
+        parsed.unpersist()
     fault_point("silver.merged", settings, slice_id)
 
-    counts = slice_counts(spark, settings, slice_id, parsed)
-    parsed.unpersist()
+    counts = slice_counts(spark, settings, slice_id, window)
     ledger.record_step(slice_id, "silver", asdict(counts))
     log.info("silver %s: %s", sl.describe(), counts.describe())
     if not counts.reconciles:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import TypeVar
@@ -63,6 +64,17 @@ QUARANTINE = StructType(
     ]
 )
 
+# Per slice, its valid events' distinct ids (written by silver, read by the gate and
+# publish in place of a second parse of the slice).
+SLICE_IDS = StructType(
+    [
+        StructField("slice_id", StringType(), False),
+        StructField("event_id", StringType(), False),
+        StructField("copies", LongType(), False),
+        StructField("event_date", DateType(), False),
+    ]
+)
+
 
 def delta_ref(path: str) -> str:
     """A table location as a SQL identifier (Delta through SQL works over Spark Connect too)."""
@@ -70,15 +82,33 @@ def delta_ref(path: str) -> str:
 
 
 def table_exists(spark: SparkSession, path: str) -> bool:
+    return table_properties(spark, path) is not None
+
+
+def table_properties(spark: SparkSession, path: str) -> dict[str, str] | None:
+    """The table's properties (DESCRIBE DETAIL), or None when there is no table yet."""
     from pyspark.errors import AnalysisException
 
     try:
-        spark.sql(f"DESCRIBE DETAIL {delta_ref(path)}").collect()
+        detail = spark.sql(f"DESCRIBE DETAIL {delta_ref(path)}").first()
     except AnalysisException as exc:
         if exc.getCondition() == "DELTA_MISSING_DELTA_TABLE":
-            return False
+            return None
         raise
-    return True
+    return dict(detail["properties"] or {})
+
+
+def append_once(df: DataFrame, path: str, app_id: str, metadata: dict) -> None:
+    """Append `df` unless a write with `app_id` already committed to the table: Delta's
+    idempotent writes, so a retried or racing attempt of a step appends nothing twice."""
+    (
+        df.write.format("delta")
+        .mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", 0)
+        .option("userMetadata", json.dumps(metadata, sort_keys=True))
+        .save(path)
+    )
 
 
 def history(spark: SparkSession, path: str, recent: int) -> DataFrame:
@@ -97,17 +127,28 @@ def read_table(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
     return spark.createDataFrame([], schema)
 
 
+def of_slice(spark: SparkSession, path: str, schema: StructType, slice_id: str) -> DataFrame:
+    """A table's rows of one slice (Delta skips the other slices' files by their stats)."""
+    return read_table(spark, path, schema).where(F.col("slice_id") == slice_id)
+
+
 def conform(df: DataFrame, schema: StructType) -> DataFrame:
     """Select the schema's columns in order, cast to their types."""
     return df.select([df[f.name].cast(f.dataType).alias(f.name) for f in schema.fields])
 
 
-def committed_by(spark: SparkSession, path: str, attempt: str, recent: int = 50) -> bool:
-    """True if one of the table's last `recent` commits carries `attempt` in its
-    userMetadata: a write with an idempotent-write id whose version was already
-    committed returns normally without committing anything."""
-    commits = history(spark, path, recent)
-    return commits.where(F.col("userMetadata").contains(attempt)).limit(1).count() > 0
+def commit_metrics(spark: SparkSession, path: str, attempt: str, recent: int = 50) -> dict | None:
+    """The operation metrics of the commit that carries `attempt` in its userMetadata,
+    among the table's last `recent` commits; None if there is none: a write with an
+    idempotent-write id whose version was already committed returns normally without
+    committing anything."""
+    commit = (
+        history(spark, path, recent)
+        .where(F.col("userMetadata").contains(attempt))
+        .select("operationMetrics")
+        .first()
+    )
+    return None if commit is None else dict(commit["operationMetrics"] or {})
 
 
 # Delta's commit conflicts, by error condition: over Spark Connect they arrive as

@@ -8,6 +8,8 @@ ignored; the raw record stays in bronze.
 
 from __future__ import annotations
 
+from datetime import date, timedelta
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -62,7 +64,7 @@ def parse_events(bronze: DataFrame, max_value_bytes: int) -> DataFrame:
     from the next when merging them would repeat a costly expression. A filter on
     `reason` is still pushed below the stages and evaluated inline, re-parsing the
     document in each branch of the rules (~4x the cost on 500k records): filter a
-    cached result (`reconcile.parsed_slice`).
+    cached result (`silver.parsed_slice`).
     """
     text = F.col("value").cast("string")
     docs = bronze.select("*", F.try_parse_json(text).alias("_doc"))
@@ -143,3 +145,42 @@ def dedup_within(events: DataFrame) -> DataFrame:
     """One row per event_id: the copy at the lowest Kafka position survives."""
     rank = Window.partitionBy("event_id").orderBy(*SURVIVOR_ORDER)
     return events.withColumn("_rank", F.row_number().over(rank)).where("_rank = 1").drop("_rank")
+
+
+def slice_ids(valid: DataFrame) -> DataFrame:
+    """One row per distinct event_id of a slice's valid events: how many copies the slice
+    held and its surviving copy's event_date. What the gate and publish need of the
+    slice, kept by silver so that neither parses the slice again."""
+    return valid.groupBy("slice_id", "event_id").agg(
+        F.count("*").alias("copies"),
+        F.min_by("event_date", F.struct(*SURVIVOR_ORDER)).alias("event_date"),
+    )
+
+
+def event_date_span(ids: DataFrame) -> DataFrame:
+    """One row: the first and last event_date of a slice's events (nulls when it has none)."""
+    return ids.agg(F.min("event_date").alias("first"), F.max("event_date").alias("last"))
+
+
+def horizon_window(first: date, last: date, horizon_days: int) -> tuple[date, date]:
+    """Event dates a slice's MERGE may touch: its own dates widened by the dedup horizon."""
+    return first - timedelta(days=horizon_days), last + timedelta(days=horizon_days)
+
+
+def window_hours(window: tuple[date, date]) -> tuple[str, str]:
+    """The first and last UTC hour of a window of event dates, as gold's `hour` strings.
+
+    Event dates are UTC dates (the session zone is UTC), so this is plain formatting."""
+    first, last = window
+    return f"{first.isoformat()} 00:00:00", f"{last.isoformat()} 23:00:00"
+
+
+def events_per_hour(silver: DataFrame, hours: tuple[str, str]) -> DataFrame:
+    """Gold: silver's events per UTC hour and event type, for the hours given."""
+    first, last = hours
+    return (
+        silver.withColumn("hour", F.date_trunc("hour", "occurred_at"))
+        .where(F.col("hour").between(F.to_timestamp(F.lit(first)), F.to_timestamp(F.lit(last))))
+        .groupBy("hour", "event_type")
+        .agg(F.count("*").alias("events"))
+    )

@@ -8,7 +8,17 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from slicewise.tables import BRONZE
-from slicewise.transforms import dedup_within, parse_events, quarantined, valid_events
+from slicewise.transforms import (
+    dedup_within,
+    event_date_span,
+    events_per_hour,
+    horizon_window,
+    parse_events,
+    quarantined,
+    slice_ids,
+    valid_events,
+    window_hours,
+)
 
 TS = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
@@ -109,3 +119,55 @@ def test_dedup_is_idempotent_and_order_independent(spark):
     once = dedup_within(events)
     assertDataFrameEqual(dedup_within(once), once)
     assertDataFrameEqual(dedup_within(events.orderBy(F.rand(7))), once)
+
+
+def test_slice_ids_count_copies_and_keep_the_survivors_date(spark):
+    rows = [
+        (1, 2, event("a", occurred_at="2026-11-03T08:00:00Z")),
+        (0, 9, event("a", occurred_at="2026-10-30T23:59:59Z")),  # the survivor: lower position
+        (0, 4, event("b")),
+        (2, 0, b"{not json"),  # quarantined: no id
+    ]
+    ids = slice_ids(valid_events(parse_events(bronze_rows(spark, rows), 1024)))
+    assertDataFrameEqual(
+        ids,
+        spark.createDataFrame(
+            [("s1", "a", 2, date(2026, 10, 30)), ("s1", "b", 1, date(2026, 11, 1))],
+            "slice_id string, event_id string, copies long, event_date date",
+        ),
+    )
+    span = event_date_span(ids).first()
+    assert (span["first"], span["last"]) == (date(2026, 10, 30), date(2026, 11, 1))
+    assert event_date_span(ids.limit(0)).first()["first"] is None
+
+
+def test_the_horizon_window_and_its_hours():
+    window = horizon_window(date(2026, 10, 30), date(2026, 11, 1), 7)
+    assert window == (date(2026, 10, 23), date(2026, 11, 8))
+    assert window_hours(window) == ("2026-10-23 00:00:00", "2026-11-08 23:00:00")
+    assert horizon_window(date(2026, 1, 1), date(2026, 1, 1), 0) == (date(2026, 1, 1),) * 2
+
+
+def test_events_per_hour_counts_by_hour_and_type_within_the_hours(spark):
+    rows = [
+        ("a", "click", datetime(2026, 11, 1, 10, 15)),
+        ("b", "click", datetime(2026, 11, 1, 10, 59, 59)),
+        ("c", "view", datetime(2026, 11, 1, 10, 30)),
+        ("d", "click", datetime(2026, 11, 1, 11, 0)),
+        ("e", "click", datetime(2026, 11, 2, 0, 0)),  # after the last hour: left out
+    ]
+    silver = spark.createDataFrame(
+        rows, "event_id string, event_type string, occurred_at timestamp"
+    )
+    got = events_per_hour(silver, ("2026-11-01 00:00:00", "2026-11-01 23:00:00"))
+    assertDataFrameEqual(
+        got,
+        spark.createDataFrame(
+            [
+                (datetime(2026, 11, 1, 10), "click", 2),
+                (datetime(2026, 11, 1, 10), "view", 1),
+                (datetime(2026, 11, 1, 11), "click", 1),
+            ],
+            "hour timestamp, event_type string, events long",
+        ),
+    )

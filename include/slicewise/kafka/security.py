@@ -13,7 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from slicewise.config import KAFKA_PROP_PREFIX, KAFKA_SPARK_PROP_PREFIX, ConfigError
+from slicewise.errors import ConfigError
+
+# Kafka client properties, in librdkafka's names: SLICEWISE_KAFKA_PROP_SASL_MECHANISM=PLAIN
+# becomes sasl.mechanism=PLAIN for the Python clients, and Spark's Java client gets the
+# equivalent (`java_props`). Java-only extras: SLICEWISE_KAFKA_SPARK_PROP_*.
+KAFKA_PROP_PREFIX = "SLICEWISE_KAFKA_PROP_"
+KAFKA_SPARK_PROP_PREFIX = "SLICEWISE_KAFKA_SPARK_PROP_"
 
 LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
