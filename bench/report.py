@@ -54,7 +54,7 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
         f"Slices: {sizes} committed records in 3 partitions (~1 % re-sent ids, ~0.1 % "
         f"malformed), plus {aborted} aborted. Command: `.venv/bin/python bench/run.py"
         + "".join(
-            f" --{k.replace('_', '-')} {v}"
+            f" --{k.replace('_', '-')} {v.strip('[]').replace(',', '')}"
             for k, v in r["args"].items()
             if k in ("records", "w3_slice") and v
         )
