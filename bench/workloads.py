@@ -192,6 +192,7 @@ def w2(settings: Settings, params: dict) -> dict:
     from slicewise.gate import run_gate
     from slicewise.planner import plan_slice
     from slicewise.publish import run_publish
+    from slicewise.reconcile import SliceCounts
     from slicewise.silver import run_silver
 
     spark = session(settings)
@@ -200,15 +201,15 @@ def w2(settings: Settings, params: dict) -> dict:
     steps["plan"], sl = timed(lambda: plan_slice(settings, start, start + timedelta(hours=1)))
     sid = sl.slice_id
     steps["bronze"], bronze = timed(lambda: run_bronze(spark, settings, sid))
-    steps["silver"], counts = timed(lambda: run_silver(spark, settings, sid))
-    steps["gate"], _ = timed(lambda: run_gate(spark, settings, sid))
+    steps["silver"], _ = timed(lambda: run_silver(spark, settings, sid))
+    steps["gate"], gate = timed(lambda: run_gate(spark, settings, sid))
     steps["publish"], _ = timed(lambda: run_publish(spark, settings, sid))
     return {
         "seconds": sum(steps.values()),
         "steps": steps,
         "rows": bronze.rows,
         "silver_rows": spark.read.format("delta").load(settings.table("silver")).count(),
-        "counts": counts.describe(),
+        "counts": SliceCounts(**gate["counts"]).describe(),
     }
 
 

@@ -39,7 +39,7 @@ def status_rows(ledger: Ledger) -> list[dict]:
             step: ledger.step(sl.slice_id, step)
             for step in (*LEDGER_STEPS, "replay", "data_loss_ack")
         }
-        silver = steps.get("silver") or {}
+        counts = (steps.get("gate") or {}).get("counts") or {}  # from the tables, by the gate
         rows.append(
             {
                 "slice_id": sl.slice_id,
@@ -51,7 +51,7 @@ def status_rows(ledger: Ledger) -> list[dict]:
                     if k in LEDGER_STEPS
                 },
                 "counts": {
-                    k: silver.get(k)
+                    k: counts.get(k)
                     for k in (
                         "read",
                         "quarantined",

@@ -129,8 +129,8 @@ def report(settings: Settings, server: SparkConnectServer, oracle: Oracle) -> bo
         "\nslice                               read  quarantined  dup-in-slice  dup-in-silver  inserted  gate"
     )
     for sl in ledger.slices():
-        c = ledger.step(sl.slice_id, "silver") or {}
         gate = ledger.step(sl.slice_id, "gate") or {}
+        c = gate.get("counts") or {}
         print(
             f"{sl.slice_id:34} {c.get('read', '-'):>5} {c.get('quarantined', '-'):>12} "
             f"{c.get('duplicates_in_slice', '-'):>13} {c.get('duplicates_in_silver', '-'):>14} "

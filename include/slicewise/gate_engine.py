@@ -20,6 +20,7 @@ from urllib.parse import unquote, urlparse
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")  # before GX is imported: no telemetry
 
 import great_expectations as gx  # noqa: E402
+import pandas as pd  # noqa: E402
 from great_expectations.checkpoint import UpdateDataDocsAction  # noqa: E402
 from great_expectations.core.expectation_validation_result import ExpectationValidationResult  # noqa: E402
 from great_expectations.data_context.types.base import (  # noqa: E402
@@ -99,7 +100,7 @@ def enforce(report: GateReport) -> None:
 
 
 def validate(
-    df: DataFrame,
+    df: DataFrame | pd.DataFrame,
     suite_name: str,
     expectations: list[Expectation],
     docs_dir: Path,
@@ -108,19 +109,25 @@ def validate(
     """Validate `df` against `expectations`, render Data Docs into `docs_dir`, report back.
 
     Expectations are copied because GX stamps an id on one when it joins a suite and then
-    refuses to add it to another. GX persists the DataFrame while validating (many metric
-    passes); we unpersist afterwards unless the caller had cached it already.
+    refuses to add it to another. GX persists a Spark DataFrame while validating (many
+    metric passes); we unpersist afterwards unless the caller had cached it already.
+    A pandas DataFrame (facts already computed, e.g. by one Spark aggregation) is
+    validated in this process, without a Spark job.
     """
     docs_dir = Path(docs_dir).resolve()
-    was_cached = df.is_cached
+    on_spark = not isinstance(df, pd.DataFrame)
+    was_cached = on_spark and df.is_cached
     try:
         with _LOCK:
             context = gx.get_context(mode="ephemeral", project_config=_context_config(docs_dir))
-            batch = (
+            source = (
                 context.data_sources.add_spark(name="slicewise")
-                .add_dataframe_asset(name="dataframe")
-                .add_batch_definition_whole_dataframe(name="whole_dataframe")
+                if on_spark
+                else context.data_sources.add_pandas(name="slicewise")
             )
+            batch = source.add_dataframe_asset(
+                name="dataframe"
+            ).add_batch_definition_whole_dataframe(name="whole_dataframe")
             copies = [e.copy(update={"id": None}, deep=True) for e in expectations]
             suite = context.suites.add_or_update(
                 gx.ExpectationSuite(name=_key_safe(suite_name), expectations=copies)
@@ -146,7 +153,7 @@ def validate(
             ((key, result),) = outcome.run_results.items()
             urls = context.get_docs_sites_urls(resource_identifier=key, site_name=SITE_NAME)
     finally:
-        if not was_cached and df.is_cached:
+        if on_spark and not was_cached and df.is_cached:
             df.unpersist()
 
     url = urls[0].get("site_url") if urls else None
@@ -203,10 +210,18 @@ def _to_failure(result: ExpectationValidationResult) -> GateFailure:
         expectation_type=config.type if config else "unknown_expectation",
         column=", ".join(map(str, columns)) or None,
         unexpected_count=details.get("unexpected_count"),
-        sample=list(details.get("partial_unexpected_list") or [])[:SAMPLE_SIZE],
+        sample=[_plain(v) for v in (details.get("partial_unexpected_list") or [])[:SAMPLE_SIZE]],
         observed=details.get("observed_value"),
         error=_exception_message(result.exception_info),
     )
+
+
+def _plain(value: Any) -> Any:
+    """Python values for numpy ones (a pandas-validated frame's samples), so a report
+    reads `(3, 4)`, not `(np.int64(3), np.int64(4))`."""
+    if isinstance(value, tuple | list):
+        return type(value)(_plain(v) for v in value)
+    return value.item() if hasattr(value, "item") and hasattr(value, "dtype") else value
 
 
 def _exception_message(info: Any) -> str | None:

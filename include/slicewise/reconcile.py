@@ -4,8 +4,8 @@ read = quarantined + duplicates_in_slice + inserted + duplicates_in_silver,
 and no valid event_id of the slice may be missing from silver. Computing this
 from bronze, quarantine, the slice's ids and (the horizon window of) silver,
 rather than from a MERGE's metrics, gives the same answer on every rerun and in
-any order. No parse: silver keeps the slice's ids (`transforms.slice_ids`), so
-silver and the gate count with the same query.
+any order. No parse: silver keeps the slice's ids (`transforms.slice_ids`), and
+the gate and replay count with the same query (`slice_facts`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ from pyspark.sql import functions as F
 from slicewise.config import Settings
 from slicewise.tables import BRONZE, QUARANTINE, SILVER, SLICE_IDS, of_slice, read_table
 from slicewise.transforms import event_date_span, horizon_window
+
+# Silver columns that may never be null.
+REQUIRED_COLUMNS = ("event_id", "event_type", "occurred_at", "event_date")
+KAFKA_POSITION = ("kafka_partition", "kafka_offset")
 
 
 @dataclass(frozen=True)
@@ -75,21 +79,45 @@ def silver_window(
     return silver.where(F.col("event_date").between(F.lit(lo), F.lit(hi)))
 
 
-def slice_counts(
+def slice_facts(
     spark: SparkSession, settings: Settings, slice_id: str, window: tuple[date, date] | None
-) -> SliceCounts:
-    """The slice's counts in one query over bronze, quarantine, its ids and silver's window."""
-    ids = recorded_ids(spark, settings, slice_id)
-    stored = silver_window(spark, settings, window).select(
-        "event_id", F.col("slice_id").alias("owner")
+) -> dict[str, int]:
+    """Everything the gate proves about a slice, in one query: the counts that must
+    reconcile (bronze, quarantine, the slice's ids left-joined to silver's window) and
+    the facts of the silver rows that carry the slice's ids (how many, duplicates,
+    nulls in required columns, negative Kafka positions)."""
+    # Silver's window per event_id first (narrow rows, and the join reuses its
+    # partitioning); the slice's ids are distinct, so the join multiplies nothing.
+    stored = (
+        silver_window(spark, settings, window)
+        .groupBy("event_id")
+        .agg(
+            F.count("*").alias("rows"),
+            F.count_if(F.col("slice_id") == slice_id).alias("owned"),
+            *[F.count_if(F.col(c).isNull()).alias(f"null_{c}") for c in REQUIRED_COLUMNS],
+            *[F.count_if(F.col(c) < 0).alias(f"negative_{c}") for c in KAFKA_POSITION],
+        )
     )
-    owner = F.col("owner")
-    facts = ids.join(stored, "event_id", "left").agg(
-        F.coalesce(F.sum("copies"), F.lit(0)).alias("valid"),
-        F.count("event_id").alias("distinct_ids"),
-        F.count_if(owner == slice_id).alias("inserted"),
-        F.count_if(owner.isNotNull() & (owner != slice_id)).alias("elsewhere"),
-        F.count_if(owner.isNull()).alias("missing"),
+    rows = F.col("rows")
+    facts = (
+        recorded_ids(spark, settings, slice_id)
+        .join(stored, "event_id", "left")
+        .agg(
+            F.coalesce(F.sum("copies"), F.lit(0)).alias("valid"),
+            F.count("event_id").alias("distinct_ids"),
+            F.coalesce(F.sum("owned"), F.lit(0)).alias("inserted"),
+            F.coalesce(F.sum(rows - F.col("owned")), F.lit(0)).alias("elsewhere"),
+            F.count_if(rows.isNull()).alias("missing"),
+            F.coalesce(F.sum(rows), F.lit(0)).alias("silver_rows"),
+            F.coalesce(F.sum(rows - 1), F.lit(0)).alias("duplicate_event_ids"),
+            *[
+                F.coalesce(F.sum(c), F.lit(0)).alias(c)
+                for c in (
+                    *[f"null_{c}" for c in REQUIRED_COLUMNS],
+                    *[f"negative_{c}" for c in KAFKA_POSITION],
+                )
+            ],
+        )
     )
     read = of_slice(spark, settings.table("bronze"), BRONZE, slice_id).agg(
         F.count("*").alias("read")
@@ -97,13 +125,24 @@ def slice_counts(
     quarantined = of_slice(spark, settings.table("quarantine"), QUARANTINE, slice_id).agg(
         F.count("*").alias("quarantined")
     )
-    row = facts.crossJoin(read).crossJoin(quarantined).first()
+    return {
+        k: int(v) for k, v in facts.crossJoin(read).crossJoin(quarantined).first().asDict().items()
+    }
+
+
+def counts_of(slice_id: str, facts: dict[str, int]) -> SliceCounts:
     return SliceCounts(
         slice_id=slice_id,
-        read=int(row["read"]),
-        quarantined=int(row["quarantined"]),
-        duplicates_in_slice=int(row["valid"]) - int(row["distinct_ids"]),
-        inserted=int(row["inserted"]),
-        duplicates_in_silver=int(row["elsewhere"]),
-        missing=int(row["missing"]),
+        read=facts["read"],
+        quarantined=facts["quarantined"],
+        duplicates_in_slice=facts["valid"] - facts["distinct_ids"],
+        inserted=facts["inserted"],
+        duplicates_in_silver=facts["elsewhere"],
+        missing=facts["missing"],
     )
+
+
+def slice_counts(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCounts:
+    """The slice's counts, from the tables as they are now."""
+    window = slice_window(spark, settings, slice_id)
+    return counts_of(slice_id, slice_facts(spark, settings, slice_id, window))

@@ -18,7 +18,8 @@ from slicewise.config import Settings
 from slicewise.ledger import Ledger
 from slicewise.reconcile import SliceCounts, slice_counts, slice_window
 from slicewise.silver import merge_into_silver, parsed_slice
-from slicewise.transforms import dedup_within, quarantined, slice_ids, valid_events
+from slicewise.tables import SILVER, conform
+from slicewise.transforms import quarantined, slice_ids, survivors, valid_events
 
 log = logging.getLogger(__name__)
 
@@ -28,17 +29,17 @@ def run_replay(spark: SparkSession, settings: Settings, slice_id: str) -> SliceC
     ledger.load_slice(slice_id)  # fails clearly if the slice is unknown
     parsed = parsed_slice(spark, settings, slice_id)
     try:
-        valid = valid_events(parsed)
-        replace_slice(slice_ids(valid), settings.table("slice_ids"), slice_id)
+        kept = survivors(valid_events(parsed))
+        replace_slice(slice_ids(kept), settings.table("slice_ids"), slice_id)
         window = slice_window(spark, settings, slice_id)
         if window is not None:
             merge_into_silver(
-                spark, settings.table("silver"), dedup_within(valid), window, app_id=None
+                spark, settings.table("silver"), conform(kept, SILVER), window, app_id=None
             )
         replace_slice(quarantined(parsed), settings.table("quarantine"), slice_id)
     finally:
         parsed.unpersist()
-    counts = slice_counts(spark, settings, slice_id, window)
+    counts = slice_counts(spark, settings, slice_id)
     ledger.record_step(slice_id, "replay", asdict(counts))
     log.info("replayed quarantine of %s: %s", slice_id, counts.describe())
     return counts

@@ -13,7 +13,7 @@ from datetime import date, timedelta
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from slicewise.tables import QUARANTINE, SILVER, conform
+from slicewise.tables import QUARANTINE, SILVER, SLICE_IDS, conform
 
 # Optional fraction, mandatory zone ('Z' or +hh:mm): a timestamp without a zone
 # is ambiguous, so it is quarantined rather than guessed.
@@ -141,20 +141,29 @@ def valid_events(parsed: DataFrame) -> DataFrame:
     return conform(parsed.where(F.col("reason").isNull()), SILVER)
 
 
+def survivors(events: DataFrame) -> DataFrame:
+    """One row per event_id, its surviving copy (the lowest Kafka position), with
+    `copies`: how many copies the slice held. One sort serves both, so silver gets
+    its MERGE source and the slice's ids (`slice_ids`) from one pass."""
+    by_id = Window.partitionBy("event_id")
+    return (
+        events.withColumn("_rank", F.row_number().over(by_id.orderBy(*SURVIVOR_ORDER)))
+        .withColumn("copies", F.count("*").over(by_id))
+        .where("_rank = 1")
+        .drop("_rank")
+    )
+
+
 def dedup_within(events: DataFrame) -> DataFrame:
     """One row per event_id: the copy at the lowest Kafka position survives."""
-    rank = Window.partitionBy("event_id").orderBy(*SURVIVOR_ORDER)
-    return events.withColumn("_rank", F.row_number().over(rank)).where("_rank = 1").drop("_rank")
+    return survivors(events).drop("copies")
 
 
-def slice_ids(valid: DataFrame) -> DataFrame:
-    """One row per distinct event_id of a slice's valid events: how many copies the slice
-    held and its surviving copy's event_date. What the gate and publish need of the
-    slice, kept by silver so that neither parses the slice again."""
-    return valid.groupBy("slice_id", "event_id").agg(
-        F.count("*").alias("copies"),
-        F.min_by("event_date", F.struct(*SURVIVOR_ORDER)).alias("event_date"),
-    )
+def slice_ids(kept: DataFrame) -> DataFrame:
+    """From `survivors`: one row per distinct event_id of a slice's valid events, how
+    many copies the slice held and its surviving copy's event_date. What the gate and
+    publish need of the slice, kept by silver so that neither parses the slice again."""
+    return conform(kept, SLICE_IDS)
 
 
 def event_date_span(ids: DataFrame) -> DataFrame:

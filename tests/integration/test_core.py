@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -18,6 +19,7 @@ from slicewise.kafka.offsets import TopicOffsets
 from slicewise.kafka.producer import Record, TxProducer, event_value
 from slicewise.ledger import Ledger
 from slicewise.planner import IntervalNotClosed, plan_slice
+from slicewise.reconcile import slice_counts
 from slicewise.silver import run_silver
 from slicewise.slices import DataLossError
 from slicewise.spark import remote_session
@@ -48,7 +50,8 @@ def table(spark, settings, name):
 def run_slice(spark, settings, start: float, end: float):
     sl = plan_slice(settings, at(start), at(end), now=LATER)
     run_bronze(spark, settings, sl.slice_id)
-    return sl, run_silver(spark, settings, sl.slice_id)
+    run_silver(spark, settings, sl.slice_id)
+    return sl, slice_counts(spark, settings, sl.slice_id)  # as the gate counts
 
 
 def test_interval_not_closed_is_refused(pipeline):
@@ -124,7 +127,8 @@ def test_rerun_of_bronze_and_silver_leaves_tables_unchanged(spark, pipeline):
     before = snapshot(spark, settings)
     again = run_bronze(spark, settings, sl.slice_id)
     assert again.committed is False
-    assert run_silver(spark, settings, sl.slice_id) == counts
+    run_silver(spark, settings, sl.slice_id)
+    assert slice_counts(spark, settings, sl.slice_id) == counts
     assert snapshot(spark, settings) == before
 
 
@@ -298,6 +302,38 @@ def test_quarantine_replay_after_a_fix_moves_records_to_silver(spark, pipeline_f
     ]
     assert table(spark, settings, "quarantine").count() == 0
     assert run_replay(spark, fixed, sl.slice_id) == replayed  # safe to repeat
+
+
+def test_a_duplicate_in_silver_fails_the_gate_naming_it(spark, pipeline):
+    """The gate validates facts from one query; a failed row fact brings in the
+    row-level suite, so the message and Data Docs name the offending id."""
+    from slicewise.gate import run_gate
+    from slicewise.gate_engine import GateFailed
+
+    settings, producer = pipeline
+    producer.send([ev("a", 0.1, 0), ev("b", 0.2, 1), ev("a", 0.3, 2)])
+    sl, _ = run_slice(spark, settings, 0, 1)
+    passed = run_gate(spark, settings, sl.slice_id)
+    assert passed["success"] and len(passed["data_docs"]) == 1
+    assert (passed["counts"]["read"], passed["counts"]["inserted"]) == (3, 2)
+
+    silver = table(spark, settings, "silver")
+    silver.where(F.col("event_id") == "b").write.format("delta").mode("append").save(
+        settings.table("silver")
+    )
+    with pytest.raises(GateFailed) as failed:
+        run_gate(spark, settings, sl.slice_id)
+    message = str(failed.value)
+    print(message)  # the RUNBOOK quotes it
+    assert (
+        "expect_column_pair_values_to_be_equal(read, accounted): 1 unexpected, e.g. [(3, 4)]"
+        in (message)
+    )
+    assert "expect_column_values_to_be_between(duplicate_event_ids)" in message
+    assert "expect_column_values_to_be_unique(event_id): 2 unexpected, e.g. ['b']" in message
+    gate = Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "gate")
+    assert gate["success"] is False and gate["counts"]["inserted"] == 3
+    assert len(gate["data_docs"]) == 2 and all(Path(p).exists() for p in gate["data_docs"])
 
 
 def test_gold_follows_an_event_that_a_later_slice_moves_to_another_hour(spark, pipeline):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import great_expectations.expectations as gxe
+import pandas as pd
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
@@ -134,6 +135,35 @@ def test_table_level_counts(spark: SparkSession, docs_dir: Path) -> None:
     rows = failure(two_rows, "expect_table_row_count_to_equal")
     assert rows.observed == 2 and rows.unexpected_count is None
     assert "observed 2" in two_rows.summary()
+
+
+def test_facts_in_pandas_are_validated_without_spark(spark: SparkSession, docs_dir: Path) -> None:
+    """The gate's one-row frame of facts: the same report and Data Docs as on Spark."""
+    checks = [
+        gxe.ExpectColumnPairValuesToBeEqual(column_A="read", column_B="accounted"),
+        gxe.ExpectColumnValuesToBeBetween(column="duplicate_event_ids", min_value=0, max_value=0),
+    ]
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup()
+    bad = validate(
+        pd.DataFrame([{"read": 10, "accounted": 9, "duplicate_event_ids": 2}]),
+        "facts",
+        checks,
+        docs_dir,
+        "bad-facts",
+    )
+    assert not bad.success and bad.evaluated == 2 and len(bad.failures) == 2
+    assert failure(bad, "expect_column_pair_values_to_be_equal").sample == [(10, 9)]
+    assert failure(bad, "expect_column_values_to_be_between").sample == [2]
+    assert bad.docs_index.exists() and "bad-facts" in str(bad.docs_index)
+    good = validate(
+        pd.DataFrame([{"read": 10, "accounted": 10, "duplicate_event_ids": 0}]),
+        "facts",
+        checks,
+        docs_dir,
+        "good-facts",
+    )
+    assert good.success, good.summary()
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs  # no Spark job
 
 
 def test_repeated_validations_keep_every_run(spark: SparkSession, docs_dir: Path) -> None:

@@ -16,6 +16,7 @@ from slicewise.transforms import (
     parse_events,
     quarantined,
     slice_ids,
+    survivors,
     valid_events,
     window_hours,
 )
@@ -128,7 +129,7 @@ def test_slice_ids_count_copies_and_keep_the_survivors_date(spark):
         (0, 4, event("b")),
         (2, 0, b"{not json"),  # quarantined: no id
     ]
-    ids = slice_ids(valid_events(parse_events(bronze_rows(spark, rows), 1024)))
+    ids = slice_ids(survivors(valid_events(parse_events(bronze_rows(spark, rows), 1024))))
     assertDataFrameEqual(
         ids,
         spark.createDataFrame(
