@@ -23,6 +23,7 @@ from slicewise.airflow_env import VENV_BIN
 from slicewise.config import REPO_ROOT, load_settings
 from slicewise.kafka.broker import LocalBroker, free_ports
 from slicewise.kafka.producer import Record, TxProducer, ensure_topic, event_value
+from slicewise.ledger import STEPS as LEDGER_STEPS
 from slicewise.planner import plan_slice
 from slicewise.spark import spark_conf
 
@@ -31,7 +32,7 @@ VARIANTS = {
     "c1": "-XX:TieredStopAtLevel=1",  # C1 JIT only: less compile work, slower peak code
     "serial-gc": "-XX:+UseSerialGC",
 }
-STEPS = ("bronze", "silver", "gate", "publish")
+STEPS = LEDGER_STEPS[1:]  # the Spark steps: everything after plan
 
 
 def main() -> None:

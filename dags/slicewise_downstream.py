@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import DAG, Asset, task
+from airflow.sdk import DAG, task
 
-SILVER = Asset(name="slicewise_silver", uri="slicewise://silver")
+from slicewise.assets import SILVER
 
 with DAG(
     dag_id="slicewise_downstream",

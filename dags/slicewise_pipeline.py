@@ -9,9 +9,10 @@ import os
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import DAG, Asset, BaseOperator, CronDataIntervalTimetable, Param, task
+from airflow.sdk import DAG, BaseOperator, CronDataIntervalTimetable, Param, task
 
-from slicewise.config import grace_seconds, spark_mode
+from slicewise.assets import SILVER
+from slicewise.config import grace_seconds, schedule, spark_mode
 from slicewise.operators import (
     IntervalClosedSensor,
     SliceSparkConnectOperator,
@@ -21,7 +22,6 @@ from slicewise.spark import static_conf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOBS = os.path.join(REPO, "spark_jobs")
-SILVER = Asset(name="slicewise_silver", uri="slicewise://silver")
 SLICE_ID = "{{ ti.xcom_pull(task_ids='plan') }}"
 
 
@@ -75,9 +75,7 @@ e.g. after a parser fix; replays its quarantine). See docs/RUNBOOK.md.
 
 with DAG(
     dag_id="slicewise_pipeline",
-    schedule=CronDataIntervalTimetable(
-        os.environ.get("SLICEWISE_SCHEDULE", "0 * * * *"), timezone="UTC"
-    ),
+    schedule=CronDataIntervalTimetable(schedule(), timezone="UTC"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=4,
@@ -126,39 +124,10 @@ with DAG(
     def announce(
         slice_id: str, data_interval_end=None, inlet_events=None, outlet_events=None
     ) -> None:
-        """Emit the silver Asset event once per slice; a re-run is skipped.
+        """Emit the silver Asset event once per slice; a re-run is skipped."""
+        from slicewise.assets import announce as announce_slice
 
-        "Already announced" is asked of Airflow's own Asset events, not of our
-        ledger: a worker dying after writing the ledger but before Airflow stored
-        the event must lead to an announcement on retry, not to none at all.
-        """
-        from airflow.sdk.exceptions import AirflowSkipException
-
-        from slicewise.config import load_settings
-        from slicewise.faults import fault_point
-        from slicewise.ledger import Ledger
-
-        settings = load_settings()
-        # Events for a slice are only emitted after its interval has closed.
-        for event in inlet_events[SILVER].after(data_interval_end):
-            extra = event.extra or {}
-            if (extra.get("topic"), extra.get("slice_id")) == (settings.topic, slice_id):
-                raise AirflowSkipException(
-                    f"slice {slice_id} of {settings.topic} was already announced "
-                    f"({event.timestamp}); nothing changes downstream"
-                )
-        ledger = Ledger(settings.ledger_dir, settings.topic)
-        publication = ledger.step(slice_id, "publish") or {}
-        extra = {
-            "topic": settings.topic,
-            "slice_id": slice_id,
-            "silver_version": publication.get("silver_version"),
-            "gold_version": publication.get("gold_version"),
-            "hours": publication.get("hours"),
-        }
-        outlet_events[SILVER].extra = extra
-        ledger.record_step(slice_id, "announce", extra)
-        fault_point("announce.recorded", settings, slice_id)
+        announce_slice(slice_id, data_interval_end, inlet_events, outlet_events)
 
     planned = plan()
     bronze = spark_step("bronze", ["--accept-data-loss", "{{ params.accept_data_loss | lower }}"])

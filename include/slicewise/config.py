@@ -41,11 +41,6 @@ class Settings:
         """The Java client's properties for Spark's Kafka source."""
         return java_props(self.kafka_props, self.kafka_spark_props)
 
-    @property
-    def embedded_broker(self) -> bool:
-        """True when no external broker was configured and ours is used."""
-        return self.bootstrap_servers == LOCAL_BOOTSTRAP
-
     def table(self, name: str) -> str:
         """Location of a lakehouse table (bronze, silver, quarantine, gold, ...)."""
         return f"{self.lakehouse.rstrip('/')}/{name}"
@@ -116,6 +111,12 @@ def spark_mode(env: Mapping[str, str] | None = None) -> str:
 def grace_seconds(env: Mapping[str, str] | None = None) -> int:
     """The grace after an interval's end before its boundary is frozen (read at DAG parse)."""
     return _int(os.environ if env is None else env, "SLICEWISE_GRACE_SECONDS", 30)
+
+
+def schedule(env: Mapping[str, str] | None = None) -> str:
+    """The DAG's cron: one data interval, one slice (read at DAG parse)."""
+    env = os.environ if env is None else env
+    return env.get("SLICEWISE_SCHEDULE", "").strip() or "0 * * * *"
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:

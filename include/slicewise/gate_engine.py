@@ -86,17 +86,12 @@ class GateReport:
 
 
 class GateFailed(RuntimeError):
-    """Raised by `enforce`; Airflow marks the task failed and logs the summary."""
+    """Raised by the gate (slicewise.gate.run_gate) when a slice fails its expectations;
+    Airflow marks the task failed and logs the message. `report` is the failed report."""
 
     def __init__(self, message: str, report: GateReport | None = None) -> None:
         super().__init__(message)
         self.report = report
-
-
-def enforce(report: GateReport) -> None:
-    """Turn a failed report into an exception, so a gate task cannot silently pass."""
-    if not report.success:
-        raise GateFailed(report.summary(), report)
 
 
 def validate(

@@ -2,8 +2,9 @@
 
 Runs only after the gate passed. Gold rows of the affected hours are recomputed
 from silver and written with replaceWhere, so publishing a slice again yields
-the same rows. The ledger keeps the first publication of each slice; the
-Airflow task that announces the silver Asset reads it and announces once.
+the same rows. The ledger records the latest publication of each slice (for
+`slicewise status`); the Airflow task that announces the silver Asset reads it
+and announces a slice once, asking Airflow's own Asset events whether it has.
 """
 
 from __future__ import annotations

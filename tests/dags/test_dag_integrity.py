@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -91,13 +90,15 @@ for f in {sorted(str(p) for p in DAGS.glob("*.py"))!r}:
     runpy.run_path(f)
 heavy = [m for m in ("pyspark", "great_expectations", "confluent_kafka", "delta") if m in sys.modules]
 assert not heavy, heavy
-print("ok")
+try:  # the guard itself must bite, or the parse above proved nothing
+    socket.socket().connect(("127.0.0.1", 9))
+except AssertionError:
+    print("ok")
 """
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path
     )
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
-    assert socket  # the probe patches the child's socket, never ours
 
 
 def test_the_interval_sensor_defers_only_while_the_interval_is_open():

@@ -42,13 +42,12 @@ from slicewise.config import Settings, load_settings
 from slicewise.connect_server import SparkConnectServer
 from slicewise.faults import POINTS
 from slicewise.kafka.broker import LocalBroker, free_ports
-from slicewise.ledger import Ledger
+from slicewise.ledger import STEPS, Ledger
 from slicewise.source import Faults, Manifest, produce
 
 pytestmark = pytest.mark.integration
 
 RUNS = int(os.environ.get("SLICEWISE_CHAOS_RUNS", "1"))
-STEPS = ("plan", "bronze", "silver", "gate", "publish")
 KILLED = -signal.SIGKILL  # Popen.returncode of a process that died of SIGKILL
 FAULTS = Faults(duplicate_rate=0.05, aborted_rate=0.1, malformed_rate=0.03, drift_rate=0.05)
 ATTEMPTS = 4  # silver has two fault points, so it may need a third try; one spare

@@ -5,7 +5,7 @@ from slicewise.config import LOCAL_BOOTSTRAP, ConfigError, load_settings
 
 def test_defaults_need_no_configuration(tmp_path):
     s = load_settings({"SLICEWISE_STATE_DIR": str(tmp_path)})
-    assert s.bootstrap_servers == LOCAL_BOOTSTRAP and s.embedded_broker
+    assert s.bootstrap_servers == LOCAL_BOOTSTRAP
     assert s.lakehouse == str(tmp_path / "lakehouse")
     assert s.table("silver") == f"{tmp_path}/lakehouse/silver"
     assert s.dedup_horizon_days == 7

@@ -1,0 +1,48 @@
+"""The silver Asset: defined once for the DAG that announces it and those that consume it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from airflow.sdk import Asset
+
+SILVER = Asset(name="slicewise_silver", uri="slicewise://silver")
+
+
+def announce(
+    slice_id: str, data_interval_end: datetime, inlet_events: Any, outlet_events: Any
+) -> None:
+    """Emit the silver Asset event once per slice; a re-run is skipped.
+
+    "Already announced" is asked of Airflow's own Asset events, not of our
+    ledger: a worker dying after writing the ledger but before Airflow stored
+    the event must lead to an announcement on retry, not to none at all.
+    """
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from slicewise.config import load_settings
+    from slicewise.faults import fault_point
+    from slicewise.ledger import Ledger
+
+    settings = load_settings()
+    # Events for a slice are only emitted after its interval has closed.
+    for event in inlet_events[SILVER].after(data_interval_end):
+        extra = event.extra or {}
+        if (extra.get("topic"), extra.get("slice_id")) == (settings.topic, slice_id):
+            raise AirflowSkipException(
+                f"slice {slice_id} of {settings.topic} was already announced "
+                f"({event.timestamp}); nothing changes downstream"
+            )
+    ledger = Ledger(settings.ledger_dir, settings.topic)
+    publication = ledger.step(slice_id, "publish") or {}
+    extra = {
+        "topic": settings.topic,
+        "slice_id": slice_id,
+        "silver_version": publication.get("silver_version"),
+        "gold_version": publication.get("gold_version"),
+        "hours": publication.get("hours"),
+    }
+    outlet_events[SILVER].extra = extra
+    ledger.record_step(slice_id, "announce", extra)
+    fault_point("announce.recorded", settings, slice_id)
