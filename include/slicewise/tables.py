@@ -170,8 +170,13 @@ def is_commit_conflict(exc: BaseException) -> bool:
     condition = getattr(exc, "getCondition", lambda: None)() or ""
     if condition.startswith(CONFLICT_CONDITIONS):
         return True
-    return type(exc).__name__ in CONFLICT_CLASSES or any(
-        f"io.delta.exceptions.{name}" in str(exc) for name in CONFLICT_CLASSES
+    # The Connect client does not always rebuild the error's class: it may arrive as an
+    # UnknownException whose message alone starts with "[DELTA_CONCURRENT_...]".
+    message = str(exc)
+    return (
+        type(exc).__name__ in CONFLICT_CLASSES
+        or any(message.startswith(f"[{c}") for c in CONFLICT_CONDITIONS)
+        or any(f"io.delta.exceptions.{name}" in message for name in CONFLICT_CLASSES)
     )
 
 

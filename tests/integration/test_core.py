@@ -233,6 +233,7 @@ def test_concurrent_attempts_of_one_slice_commit_once(spark, spark_remote, pipel
     settings, producer = pipeline
     producer.send([ev(f"z-{i}", 0.1 + i / 1000, i % 3) for i in range(300)])
     sl = plan_slice(settings, at(0), at(1), now=LATER)
+    assert all(until - frm == 101 for frm, until in sl.ranges.values()), sl.describe()  # + marker
 
     def race(step):
         results, errors = [], []

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import IsolationLevel, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 
 def event_value(
@@ -58,6 +59,8 @@ class TxProducer:
 
     def __init__(self, conf: dict[str, str], topic: str, transactional_id: str):
         self.topic = topic
+        self._admin = AdminClient(conf)
+        self._first: dict[int, int] = {}  # lowest offset per partition in the open transaction
         self._producer = Producer(
             {
                 **conf,
@@ -78,7 +81,7 @@ class TxProducer:
                 partition=r.partition,
                 timestamp=int(r.timestamp.timestamp() * 1000),
                 headers=r.headers or None,
-                on_delivery=None if on_delivered is None else _reporter(on_delivered, r),
+                on_delivery=self._reporter(r, on_delivered),
             )
             n += 1
             if n % 10_000 == 0:
@@ -91,15 +94,52 @@ class TxProducer:
         `on_delivered(record, partition, offset)` is called for each record the broker took.
         """
         self._producer.begin_transaction()
+        self._first = {}
         n = self._produce(records, on_delivered)
         self._producer.flush(30)
         return n
 
-    def commit(self) -> None:
-        self._producer.commit_transaction(30)
+    def commit(self, timeout: float = 30.0) -> None:
+        self._producer.commit_transaction(timeout)
+        self._settle(timeout)
 
-    def abort(self) -> None:
-        self._producer.abort_transaction(30)
+    def abort(self, timeout: float = 30.0) -> None:
+        self._producer.abort_transaction(timeout)
+        self._settle(timeout)
+
+    def _settle(self, timeout: float) -> None:
+        """Return once this transaction no longer holds any partition's LSO.
+
+        The broker answers a commit or abort before it has written the markers, so
+        the last stable offset can stay at the transaction's first offset for a
+        moment; a planner that runs right after would freeze a boundary short of
+        records we call committed. (An older open transaction that holds the LSO
+        further back is someone else's: nothing to wait for.)
+        """
+        deadline = time.monotonic() + timeout
+        while self._first:
+            request = {TopicPartition(self.topic, p): OffsetSpec.latest() for p in self._first}
+            futures = self._admin.list_offsets(
+                request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout
+            )
+            lso = {tp.partition: f.result().offset for tp, f in futures.items()}
+            self._first = {p: o for p, o in self._first.items() if lso[p] == o}
+            if self._first and time.monotonic() > deadline:
+                raise TimeoutError(f"{self.topic}: transaction markers not written: {self._first}")
+            if self._first:
+                time.sleep(0.05)
+
+    def _reporter(
+        self, record: Record, on_delivered: Delivered | None
+    ) -> Callable[[Any, Any], None]:
+        def report(err: Any, msg: Any) -> None:
+            if err is None:
+                p, o = msg.partition(), msg.offset()
+                self._first[p] = min(o, self._first.get(p, o))
+                if on_delivered is not None:
+                    on_delivered(record, p, o)
+
+        return report
 
     def send(
         self, records: Iterable[Record], commit: bool = True, on_delivered: Delivered | None = None
@@ -110,11 +150,3 @@ class TxProducer:
 
 
 Delivered = Callable[[Record, int, int], None]
-
-
-def _reporter(on_delivered: Delivered, record: Record) -> Callable[[Any, Any], None]:
-    def report(err: Any, msg: Any) -> None:
-        if err is None:
-            on_delivered(record, msg.partition(), msg.offset())
-
-    return report
