@@ -13,7 +13,7 @@ bootstrap: ## create .venv from the lock file and fetch the jars (idempotent)
 	@bash scripts/bootstrap.sh
 
 demo: bootstrap ## run the main job end to end on the embedded default (local broker, Spark Connect server on local[*], Airflow/SQLite)
-	@$(VENV)/python -m slicewise.demo
+	@$(VENV)/python -m slicewise_dev.demo
 
 test: bootstrap ## run lint and every test (starts the real broker, Spark, Delta, Airflow itself)
 	@$(VENV)/ruff check .
@@ -42,10 +42,10 @@ fmt: bootstrap ## format the code
 	@$(VENV)/ruff check --fix .
 
 broker-start: bootstrap ## start the local Kafka broker (state in .state/kafka)
-	@$(VENV)/python -m slicewise.kafka.broker start
+	@$(VENV)/python -m slicewise_dev.broker start
 
 broker-stop: ## stop the local Kafka broker
-	@$(VENV)/python -m slicewise.kafka.broker stop
+	@$(VENV)/python -m slicewise_dev.broker stop
 
 spark-connect: bootstrap ## the Spark Connect server the steps run on (sc://127.0.0.1:15002), until Ctrl-C
 	@$(VENV)/python -m slicewise.connect_server run
@@ -60,10 +60,10 @@ status: bootstrap ## slices, offsets, steps and counts from the ledger
 	@$(VENV)/slicewise status
 
 airflow-ui: bootstrap ## the Airflow UI (airflow standalone, :8080) on the demo's state; needs `make demo` (or broker-start + spark-connect-start) first
-	@$(VENV)/python -m slicewise.airflow_env standalone
+	@$(VENV)/python -m slicewise_dev.airflow_env standalone
 
 spark-cluster: bootstrap ## a Spark standalone master + worker on loopback (until Ctrl-C); prints the spark_default to use
-	@$(VENV)/python -m slicewise.spark_cluster
+	@$(VENV)/python -m slicewise_dev.spark_cluster
 
 lock: ## re-resolve constraints.txt from requirements*.txt (needs the package registry)
 	@$(VENV)/uv pip compile requirements-dev.txt --python 3.11 -o constraints.txt

@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import platform
-import random
 import subprocess
 import sys
 import tempfile
@@ -29,13 +28,14 @@ from pathlib import Path
 
 import psutil
 
-from slicewise.airflow_env import VENV_BIN, airflow_env, migrate
 from slicewise.config import REPO_ROOT, Settings, load_settings
 from slicewise.connect_server import SparkConnectServer, connect_connection, warm_up
-from slicewise.kafka.broker import LocalBroker, free_ports
-from slicewise.kafka.producer import Record, TxProducer, ensure_topic, event_value
 from slicewise.planner import plan_slice
 from slicewise.spark import classic_env
+from slicewise_dev import source
+from slicewise_dev.airflow_env import VENV_BIN, airflow_env, migrate
+from slicewise_dev.broker import free_ports, running_broker
+from slicewise_dev.source import Faults
 
 RESULTS = REPO_ROOT / "bench" / "results"
 WORKLOADS = Path(__file__).with_name("workloads.py")
@@ -110,32 +110,19 @@ def workload(name: str, params: dict, work: Path) -> dict:
     return result
 
 
-def produce(settings: Settings, start: datetime, n: int, rng: random.Random) -> dict:
-    """n committed records in the hour: ~1 % re-sent ids, ~0.1 % malformed; plus aborted ones."""
-    conf = {"bootstrap.servers": settings.bootstrap_servers}
-    ensure_topic(conf, settings.topic, PARTITIONS)
-    producer = TxProducer(conf, settings.topic, "bench")
-    sent = aborted = malformed = 0
-    for batch in range(0, n, 10_000):
-        records = []
-        for i in range(batch, min(n, batch + 10_000)):
-            ts = start + timedelta(seconds=rng.randrange(3600))
-            roll = rng.random()
-            if roll < 0.001:
-                records.append(Record(b'{"event_id": 42', i % PARTITIONS, ts))
-                malformed += 1
-                continue
-            eid = f"e{rng.randrange(max(i, 1))}" if roll < 0.011 else f"e{i}"
-            records.append(Record(event_value(eid, ts, "click", {"i": i}), i % PARTITIONS, ts))
-        producer.send(records)
-        sent += len(records)
-        junk = [
-            Record(event_value(f"x{batch}-{j}", start, "click", {}), j % PARTITIONS, start)
-            for j in range(50)
-        ]
-        producer.send(junk, commit=False)
-        aborted += len(junk)
-    return {"committed": sent, "malformed": malformed, "aborted": aborted}
+def produce(settings: Settings, start: datetime, n: int) -> dict:
+    """n new events in the hour: ~1 % re-sent ids, ~0.1 % malformed, ~2 % of the
+    transactions aborted (the same stream for every workload, by its seed)."""
+    faults = Faults(
+        duplicate_rate=0.01, aborted_rate=0.02, malformed_rate=0.001, open_transactions=0
+    )
+    m = source.produce(settings, start, 1, n, faults, PARTITIONS, seed=1, batch=10_000)
+    committed = len(m.committed_valid) + m.duplicates_sent + len(m.malformed)
+    return {
+        "committed": committed,
+        "malformed": len(m.malformed),
+        "aborted": m.records_sent - committed,
+    }
 
 
 def airflow_run(settings: Settings, start: datetime, work: Path) -> dict:
@@ -213,15 +200,10 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="slicewise-bench-"))
     cores = os.cpu_count() or 1
-    port, cport = free_ports(2)
-    broker = LocalBroker(
-        work / "broker", load_settings().cache_dir, port=port, controller_port=cport
-    )
-    broker.start(timeout=120)
     chosen = set(args.only or ("w0", "w1", "w2", "airflow", "w3", "isolation"))
     start = (datetime.now(UTC) - timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
     results: dict = {"slices": []}
-    try:
+    with running_broker(work / "broker") as broker:
         for n in args.records:
 
             def env_for(name: str, n: int = n) -> dict[str, str]:
@@ -234,7 +216,7 @@ def main() -> None:
                 }
 
             t0 = time.perf_counter()
-            produced = produce(load_settings(env_for("ref")), start, n, random.Random(1))
+            produced = produce(load_settings(env_for("ref")), start, n)
             produced["seconds"] = time.perf_counter() - t0
             sl = plan_slice(load_settings(env_for("ref")), start, start + timedelta(hours=1))
             ranges = {str(p): list(r) for p, r in sl.ranges.items()}
@@ -273,8 +255,6 @@ def main() -> None:
                     ),
                 }
             results["slices"].append(size)
-    finally:
-        broker.stop()
 
     if args.only:
         print(json.dumps(results, indent=2, default=str))

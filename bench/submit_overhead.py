@@ -19,13 +19,13 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from slicewise.airflow_env import VENV_BIN
 from slicewise.config import REPO_ROOT, load_settings
-from slicewise.kafka.broker import LocalBroker, free_ports
-from slicewise.kafka.producer import Record, TxProducer, ensure_topic, event_value
 from slicewise.ledger import STEPS as LEDGER_STEPS
 from slicewise.planner import plan_slice
 from slicewise.spark import spark_conf
+from slicewise_dev.airflow_env import VENV_BIN
+from slicewise_dev.broker import running_broker
+from slicewise_dev.source import Faults, produce
 
 VARIANTS = {
     "default": "",
@@ -44,19 +44,10 @@ def main() -> None:
     if unknown := set(args.variants) - set(VARIANTS):
         parser.error(f"unknown variants {sorted(unknown)}; choose from {list(VARIANTS)}")
     root = Path(tempfile.mkdtemp(prefix="slicewise-overhead-"))
-    port, controller_port = free_ports(2)
-    broker = LocalBroker(
-        root / "kafka", load_settings().cache_dir, port=port, controller_port=controller_port
-    )
-    broker.start(timeout=120)
-    try:
-        conf = {"bootstrap.servers": broker.bootstrap}
-        ensure_topic(conf, "overhead", 3)
-        start = (datetime.now(UTC) - timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
-        at = start + timedelta(minutes=5)
-        TxProducer(conf, "overhead", "overhead").send(
-            [Record(event_value(f"e{i}", at), i % 3, at) for i in range(args.records)]
-        )
+    start = (datetime.now(UTC) - timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
+    with running_broker(root / "kafka") as broker:
+        env = {"SLICEWISE_KAFKA_BOOTSTRAP": broker.bootstrap, "SLICEWISE_TOPIC": "overhead"}
+        produce(load_settings(env), start, 1, args.records, Faults(0, 0, 0, 0))
         print(f"{args.records} records; seconds per spark-submit (local[2])")
         print(f"{'variant':10}" + "".join(f"{s:>9}" for s in STEPS) + f"{'total':>9}")
         for name in args.variants:
@@ -83,8 +74,6 @@ def main() -> None:
                     raise SystemExit(f"{name} {step} failed:\n{out.stderr[-3000:]}")
                 times.append(time.monotonic() - began)
             print(f"{name:10}" + "".join(f"{t:9.1f}" for t in times) + f"{sum(times):9.1f}")
-    finally:
-        broker.stop()
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ fi
 echo "==> jars (cached in ${SLICEWISE_CACHE_DIR:-$HOME/.cache/slicewise})"
 .venv/bin/python - <<'PY'
 from slicewise.config import load_settings
-from slicewise.kafka.broker import LocalBroker
+from slicewise_dev.broker import LocalBroker
 from slicewise.spark import spark_jars
 
 settings = load_settings()

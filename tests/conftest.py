@@ -33,8 +33,8 @@ from pyspark.sql import SparkSession
 
 from slicewise.config import load_settings
 from slicewise.connect_server import SparkConnectServer, connect_connection
-from slicewise.kafka.broker import LocalBroker, free_ports
 from slicewise.spark import remote_session
+from slicewise_dev.broker import free_ports, running_broker
 
 
 @pytest.fixture(scope="session")
@@ -44,19 +44,8 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if external:
         yield external
         return
-    # Free ports, not 19092: a demo broker left running must not clash with (or pass for) ours.
-    port, controller_port = free_ports(2)
-    broker = LocalBroker(
-        tmp_path_factory.mktemp("state"),
-        load_settings().cache_dir,
-        port=port,
-        controller_port=controller_port,
-    )
-    broker.start(timeout=120)  # the first run also downloads the jars
-    try:
+    with running_broker(tmp_path_factory.mktemp("state")) as broker:
         yield broker.bootstrap
-    finally:
-        broker.stop()
 
 
 @pytest.fixture

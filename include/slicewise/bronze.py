@@ -109,7 +109,7 @@ def _bronze(
         return BronzeResult(slice_id, rows, committed=False)
 
     ranges = dict(sl.ranges)
-    losses = find_data_loss(sl, TopicOffsets(settings).earliest(list(ranges)))
+    losses = find_data_loss(sl, TopicOffsets.of(settings).earliest(list(ranges)))
     attempt = uuid.uuid4().hex
     metadata = {"step": "bronze", "attempt": attempt, **slice_to_json(sl)}
     if losses:

@@ -6,7 +6,6 @@ On-call uses this to inspect and re-run a slice exactly as the DAG would:
     slicewise plan --start 2026-11-22T03:00:00Z --end 2026-11-22T04:00:00Z
     slicewise bronze --slice-id 20261122T030000Z-20261122T040000Z
     slicewise silver --slice-id ...   |  gate  |  publish  |  replay-quarantine
-    slicewise produce --start 2026-11-22T00:00:00Z --manifest oracle.json   # a faulty test stream
 """
 
 from __future__ import annotations
@@ -18,14 +17,14 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime
 
-from slicewise import source
 from slicewise.config import ConfigError, load_settings
 from slicewise.jobs import STEPS, step_parser
 from slicewise.ledger import STEPS as LEDGER_STEPS
 from slicewise.ledger import Ledger
 
 
-def _when(text: str) -> datetime:
+def instant(text: str) -> datetime:
+    """A zoned ISO-8601 time from the command line."""
     value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     if value.tzinfo is None:
         raise argparse.ArgumentTypeError(f"{text!r} needs a zone, e.g. 2026-11-22T03:00:00Z")
@@ -97,12 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     plan = sub.add_parser("plan", help="freeze the slice of an interval [start, end)")
-    plan.add_argument("--start", type=_when, required=True)
-    plan.add_argument("--end", type=_when, required=True)
-    produce = sub.add_parser(
-        "produce", help="send a realistic stream with faults and write its oracle manifest"
-    )
-    source.add_arguments(produce, _when)
+    plan.add_argument("--start", type=instant, required=True)
+    plan.add_argument("--end", type=instant, required=True)
     status = sub.add_parser("status", help="slices, offsets, steps and counts from the ledger")
     status.add_argument("--json", action="store_true")
     for step in STEPS:
@@ -122,8 +117,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             sl = plan_slice(settings, args.start, args.end)
             print(sl.describe())
-        elif args.command == "produce":
-            return source.run(args, settings)
         elif args.command == "status":
             rows = status_rows(Ledger(settings.ledger_dir, settings.topic))
             print(json.dumps(rows, indent=2)) if args.json else print_status(rows)

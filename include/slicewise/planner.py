@@ -56,7 +56,7 @@ def plan_slice(
             f"(end + {settings.grace_seconds}s grace); it is {now.isoformat()}. The DAG waits for "
             "this; by hand, retry after that time."
         )
-    offsets = TopicOffsets(settings)
+    offsets = TopicOffsets.of(settings)
     lower = resolve_boundary(ledger, offsets, start)
     upper = resolve_boundary(ledger, offsets, end)
     check_contiguous(ledger.boundaries())

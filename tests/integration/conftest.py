@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from slicewise.config import Settings, load_settings
-from slicewise.kafka.broker import free_ports
-from slicewise.kafka.producer import TxProducer
-from slicewise.spark_cluster import LocalSparkCluster
+from slicewise_dev.broker import free_ports
+from slicewise_dev.producer import TxProducer
+from slicewise_dev.spark_cluster import LocalSparkCluster
 
 
 @pytest.fixture

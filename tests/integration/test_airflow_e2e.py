@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pyspark.sql import functions as F
 
-from slicewise.airflow_env import airflow_env
-from slicewise.kafka.producer import Record, event_value
 from slicewise.ledger import Ledger
+from slicewise_dev.airflow_env import airflow_env
+from slicewise_dev.producer import Record, event_value
 
 pytestmark = pytest.mark.integration
 
@@ -205,10 +205,10 @@ def test_a_server_that_is_down_fails_the_step_fast_and_its_retry_succeeds_once_i
     """The connect mode's failure when its server is down: within seconds, naming the
     connection and the safe action; the same task succeeds once the server answers."""
     from slicewise.connect_server import connect_connection
-    from slicewise.kafka.broker import free_ports
     from slicewise.operators import SliceSparkConnectOperator
     from slicewise.planner import plan_slice
     from slicewise.spark import SparkUnavailable
+    from slicewise_dev.broker import free_ports
 
     settings, producer, _ = load_dag(pipeline, monkeypatch, "connect")
     start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)

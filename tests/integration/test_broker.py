@@ -22,7 +22,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from slicewise.config import load_settings
-from slicewise.kafka.broker import BrokerError, LocalBroker, free_ports
+from slicewise_dev.broker import BrokerError, LocalBroker, free_ports
 
 pytestmark = pytest.mark.integration
 

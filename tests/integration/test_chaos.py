@@ -1,7 +1,7 @@
 """Chaos: kill -9, zombie and orphaned attempts, broker and Spark Connect server restarts
 at every step, against an oracle.
 
-Each run produces a faulty stream with `slicewise.source` (duplicates, aborted and
+Each run produces a faulty stream with `slicewise_dev.source` (duplicates, aborted and
 long-open transactions, poison records, fields that changed type, new fields) on the
 suite's own broker and takes one slice through the steps as Airflow runs them, one
 process per attempt: `slicewise plan`, then `slicewise <step>`, a client of the suite's
@@ -37,13 +37,13 @@ import pytest
 from chaos_log import SCENARIOS, Row, append, render
 from pyspark.sql import functions as F
 
-from slicewise.airflow_env import VENV_BIN, airflow_env
 from slicewise.config import Settings, load_settings
 from slicewise.connect_server import SparkConnectServer
 from slicewise.faults import POINTS
-from slicewise.kafka.broker import LocalBroker, free_ports
 from slicewise.ledger import STEPS, Ledger
-from slicewise.source import Faults, Manifest, produce
+from slicewise_dev.airflow_env import VENV_BIN, airflow_env
+from slicewise_dev.broker import LocalBroker, free_ports, running_broker
+from slicewise_dev.source import Faults, Manifest, produce
 
 pytestmark = pytest.mark.integration
 
@@ -305,16 +305,8 @@ def strike(scenario: str, sl: Slice, rng: random.Random) -> int:
 @pytest.fixture(scope="module")
 def chaos_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     """A broker of the suite's own, which it may restart without disturbing other tests."""
-    port, controller_port = free_ports(2)
-    broker = LocalBroker(
-        tmp_path_factory.mktemp("chaos-kafka"),
-        load_settings().cache_dir,
-        port=port,
-        controller_port=controller_port,
-    )
-    broker.start(timeout=120)
-    yield broker
-    broker.stop()
+    with running_broker(tmp_path_factory.mktemp("chaos-kafka")) as broker:
+        yield broker
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,13 @@ from pyspark.testing import assertDataFrameEqual
 from slicewise import bronze as bronze_module
 from slicewise.bronze import run_bronze
 from slicewise.kafka.offsets import TopicOffsets
-from slicewise.kafka.producer import Record, TxProducer, event_value
 from slicewise.ledger import Ledger
 from slicewise.planner import IntervalNotClosed, plan_slice
 from slicewise.reconcile import slice_counts
 from slicewise.silver import run_silver
 from slicewise.slices import DataLossError
 from slicewise.spark import remote_session
+from slicewise_dev.producer import Record, TxProducer, event_value
 
 pytestmark = pytest.mark.integration
 
@@ -94,7 +94,7 @@ def test_retention_gap_fails_with_data_loss_report_and_override_works(
     admin.delete_records([TopicPartition(settings.topic, 0, frm + 4)])[
         TopicPartition(settings.topic, 0, frm + 4)
     ].result(30)
-    assert TopicOffsets(settings).earliest([0])[0] == frm + 4
+    assert TopicOffsets.of(settings).earliest([0])[0] == frm + 4
 
     with pytest.raises(DataLossError) as lost:
         run_bronze(spark, settings, sl.slice_id)
@@ -148,7 +148,7 @@ def test_duplicates_aborted_and_open_transactions(spark, pipeline, kafka_bootstr
     sl2, _ = run_slice(spark, settings, 1, 2)
     ids = sorted(r.event_id for r in table(spark, settings, "silver").collect())
     assert ids == ["x1", "x2", "x3", "x4"]  # 'after-open' waits behind the open transaction
-    lso = TopicOffsets(settings).last_stable([0])[0]
+    lso = TopicOffsets.of(settings).last_stable([0])[0]
     assert sl2.ranges[0][1] <= lso
 
     hung.commit()

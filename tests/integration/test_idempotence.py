@@ -10,9 +10,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from slicewise.config import load_settings
-from slicewise.kafka.broker import LocalBroker, free_ports
-from slicewise.kafka.proxy import DroppingProxy
+from slicewise_dev.broker import free_ports, running_broker
+from slicewise_dev.proxy import DroppingProxy
 
 pytestmark = pytest.mark.integration
 
@@ -24,19 +23,16 @@ MESSAGES = 12
 def proxied(tmp_path):
     """A broker that only clients going through the proxy can reach."""
     port, controller_port, proxy_port = free_ports(3)
-    with DroppingProxy(proxy_port, port) as proxy:
-        broker = LocalBroker(
+    with (
+        DroppingProxy(proxy_port, port) as proxy,
+        running_broker(
             tmp_path / "broker",
-            load_settings().cache_dir,
             port=port,
             controller_port=controller_port,
             advertised_port=proxy_port,
-        )
-        broker.start(timeout=120)
-        try:
-            yield broker.bootstrap, proxy
-        finally:
-            broker.stop()
+        ) as broker,
+    ):
+        yield broker.bootstrap, proxy
 
 
 def produce_with_lost_acks(bootstrap: str, proxy: DroppingProxy, topic: str, idempotent: bool):

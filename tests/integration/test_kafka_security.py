@@ -12,11 +12,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from slicewise.bronze import run_bronze
 from slicewise.config import load_settings
-from slicewise.kafka.broker import LocalBroker, free_ports
 from slicewise.kafka.offsets import KafkaUnavailable
-from slicewise.kafka.producer import Record, TxProducer, event_value
 from slicewise.operators import kafka_connection_env, task_settings
 from slicewise.planner import plan_slice
+from slicewise_dev.broker import running_broker
+from slicewise_dev.producer import Record, TxProducer, event_value
 
 pytestmark = pytest.mark.integration
 
@@ -25,18 +25,8 @@ PASSWORD = "SLICEWISE_KAFKA_PROP_SASL_PASSWORD"
 
 @pytest.fixture
 def sasl_broker(tmp_path):
-    port, controller_port, sasl_port = free_ports(3)
-    broker = LocalBroker(
-        tmp_path / "broker",
-        load_settings().cache_dir,
-        port=port,
-        controller_port=controller_port,
-        sasl_port=sasl_port,
-        sasl_users={"etl": "etl-secret"},
-    )
-    broker.start(timeout=120)
-    yield f"127.0.0.1:{sasl_port}"
-    broker.stop()
+    with running_broker(tmp_path / "broker", sasl_users={"etl": "etl-secret"}) as broker:
+        yield f"127.0.0.1:{broker.sasl_port}"
 
 
 def test_credentials_from_an_airflow_connection_reach_the_planner_and_spark(

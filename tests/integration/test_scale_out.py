@@ -21,11 +21,11 @@ from pyspark.sql import functions as F
 from sqlalchemy import create_engine, text
 from test_airflow_e2e import produce_hour  # same folder, on sys.path under pytest
 
-from slicewise.airflow_env import VENV_BIN, airflow_env
 from slicewise.connect_server import SparkConnectServer, connect_connection
-from slicewise.kafka.broker import free_ports
 from slicewise.ledger import Ledger
 from slicewise.spark import classic_env
+from slicewise_dev.airflow_env import VENV_BIN, airflow_env
+from slicewise_dev.broker import free_ports
 
 pytestmark = pytest.mark.integration
 

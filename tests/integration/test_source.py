@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from slicewise.airflow_env import VENV_BIN
 from slicewise.bronze import run_bronze
 from slicewise.planner import plan_slice
 from slicewise.reconcile import slice_counts
 from slicewise.silver import run_silver
-from slicewise.source import Manifest
+from slicewise_dev.airflow_env import VENV_BIN
+from slicewise_dev.source import Manifest
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ def test_silver_and_quarantine_equal_the_oracle_of_a_faulty_stream(spark, pipeli
         "--manifest", str(oracle),
     ]  # fmt: skip
     out = subprocess.run(
-        [str(VENV_BIN / "slicewise"), "produce", *args], env=env, capture_output=True, text=True
+        [str(VENV_BIN / "slicewise-produce"), *args], env=env, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "committed valid events" in out.stdout

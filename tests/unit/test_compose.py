@@ -20,7 +20,7 @@ from jsonschema import Draft202012Validator
 
 from slicewise.config import LOCAL_BOOTSTRAP
 from slicewise.connect_server import DEFAULT_PORT
-from slicewise.kafka.broker import KAFKA_VERSION
+from slicewise_dev.broker import KAFKA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

@@ -1,1 +1,1 @@
-"""Kafka helpers: offsets of the source topic and the local broker for tests and the demo."""
+"""Kafka as the pipeline sees it: the source topic's offsets and the clients' security settings."""

@@ -29,14 +29,20 @@ def client_conf(settings: Settings) -> dict[str, str]:
 class TopicOffsets:
     """Earliest, last-stable and by-time offsets of one topic's partitions."""
 
-    def __init__(self, settings: Settings, timeout: float = 30.0):
-        self.topic = settings.topic
+    def __init__(self, conf: Mapping[str, str], topic: str, timeout: float = 30.0):
+        """`conf`: librdkafka settings (bootstrap.servers and any security properties)."""
+        self.topic = topic
         self.timeout = timeout
-        self._bootstrap = settings.bootstrap_servers
-        self._props = dict(settings.kafka_props)
+        self._conf = dict(conf)
+        self._bootstrap = conf["bootstrap.servers"]
         # librdkafka reports why it could not connect (bad credentials, TLS) only here.
         self._errors: deque[KafkaError] = deque(maxlen=20)
-        self._admin = AdminClient({**client_conf(settings), "error_cb": self._errors.append})
+        self._admin = AdminClient({**conf, "error_cb": self._errors.append})
+
+    @classmethod
+    def of(cls, settings: Settings, timeout: float = 30.0) -> TopicOffsets:
+        """The offsets of the configured topic."""
+        return cls(client_conf(settings), settings.topic, timeout)
 
     def partitions(self) -> list[int]:
         try:
@@ -100,8 +106,7 @@ class TopicOffsets:
             return found
         consumer = Consumer(
             {
-                "bootstrap.servers": self._bootstrap,
-                **self._props,
+                **self._conf,
                 "group.id": "slicewise-boundary-scan",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",

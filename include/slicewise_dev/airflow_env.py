@@ -3,7 +3,7 @@
 Used by the demo, the tests and `make airflow-ui`, so all three see the same
 metadata DB, connection and lakehouse.
 
-    python -m slicewise.airflow_env standalone   # the Airflow UI on :8080
+    python -m slicewise_dev.airflow_env standalone   # the Airflow UI on :8080
 """
 
 from __future__ import annotations

@@ -13,25 +13,23 @@ Each run starts from a clean demo state (.state/), so it can be repeated.
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from slicewise.airflow_env import VENV_BIN, airflow_env, migrate
 from slicewise.config import Settings, load_settings
 from slicewise.connect_server import SparkConnectServer, embedded, warm_up
-from slicewise.kafka.broker import LocalBroker
-from slicewise.kafka.producer import Record, TxProducer, ensure_topic, event_value
 from slicewise.ledger import Ledger
-from slicewise.source import MALFORMED
+from slicewise_dev import source
+from slicewise_dev.airflow_env import VENV_BIN, airflow_env, migrate
+from slicewise_dev.broker import LocalBroker
+from slicewise_dev.source import Faults, Manifest
 
 INTERVALS = 3
-EVENTS_PER_INTERVAL = 300
+EVENTS = 900
 PARTITIONS = 3
 
 
@@ -39,63 +37,12 @@ def say(step: str, message: str) -> None:
     print(f"[{datetime.now():%H:%M:%S}] {step:<8} {message}", flush=True)
 
 
-@dataclass
-class Oracle:
-    """What was really committed: the yardstick for the report."""
-
-    committed_valid: set[str] = field(default_factory=set)
-    aborted: set[str] = field(default_factory=set)
-    malformed: int = 0
-    duplicates_sent: int = 0
-
-
-def produce_stream(settings: Settings, start: datetime, rng: random.Random) -> Oracle:
-    conf = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka_props}
-    ensure_topic(conf, settings.topic, PARTITIONS)
-    main = TxProducer(conf, settings.topic, "demo-main")
-    late = TxProducer(conf, settings.topic, "demo-late")
-    oracle = Oracle()
-    types = ["page_view", "click", "purchase", "signup"]
-
-    def ev(eid: str, ts: datetime) -> Record:
-        return Record(
-            event_value(eid, ts, rng.choice(types), {"amount": rng.randint(1, 500)}),
-            rng.randrange(PARTITIONS),
-            ts,
-            key=eid.encode(),
-        )
-
-    sent: list[str] = []
-    # A transaction opened in the first interval and committed only at the very end.
-    late_ids = [f"late-{i}" for i in range(20)]
-    late.begin([ev(i, start + timedelta(minutes=5)) for i in late_ids])
-    for k in range(INTERVALS):
-        base = start + timedelta(hours=k)
-        for batch in range(EVENTS_PER_INTERVAL // 50):
-            records = []
-            for i in range(50):
-                eid = f"evt-{k}-{batch * 50 + i}"
-                records.append(ev(eid, base + timedelta(seconds=rng.randrange(3600))))
-                sent.append(eid)
-            # ~5% re-sent, possibly to another partition and in a later interval.
-            for eid in rng.sample(sent, 3):
-                records.append(ev(eid, base + timedelta(seconds=rng.randrange(3600))))
-                oracle.duplicates_sent += 1
-            main.send(records)
-            oracle.committed_valid.update(r.key.decode() for r in records)
-        aborted = [f"aborted-{k}-{i}" for i in range(25)]
-        main.send([ev(i, base + timedelta(minutes=30)) for i in aborted], commit=False)
-        oracle.aborted.update(aborted)
-        main.send(
-            [
-                Record(bad, rng.randrange(PARTITIONS), base + timedelta(minutes=40))
-                for bad in MALFORMED
-            ]
-        )
-        oracle.malformed += len(MALFORMED)
-    late.commit()
-    oracle.committed_valid.update(late_ids)
-    return oracle
+def produce_stream(settings: Settings, start: datetime) -> Manifest:
+    """Three hours of events with every fault the pipeline must absorb: re-sent ids
+    (to any partition, in a later hour too), aborted transactions, malformed records
+    and one transaction left open from the first hour until the very end."""
+    faults = Faults(duplicate_rate=0.06, aborted_rate=0.1, malformed_rate=0.03, open_transactions=1)
+    return source.produce(settings, start, INTERVALS, EVENTS, faults, PARTITIONS, seed=7)
 
 
 def run_dag(env: dict[str, str], start: datetime, end: datetime) -> tuple[bool, float, str]:
@@ -111,7 +58,7 @@ def run_dag(env: dict[str, str], start: datetime, end: datetime) -> tuple[bool, 
     return proc.returncode == 0, time.monotonic() - t0, log
 
 
-def report(settings: Settings, server: SparkConnectServer, oracle: Oracle) -> bool:
+def report(settings: Settings, server: SparkConnectServer, oracle: Manifest) -> bool:
     from pyspark.sql import functions as F
 
     from slicewise.spark import remote_session
@@ -142,13 +89,13 @@ def report(settings: Settings, server: SparkConnectServer, oracle: Oracle) -> bo
         "silver holds each event_id once": rows == distinct,
         "every committed valid event is in silver (none lost)": not lost,
         "nothing from aborted transactions or elsewhere": not extra,
-        "every malformed record is quarantined": quarantined == oracle.malformed,
+        "every malformed record is quarantined": quarantined == len(oracle.malformed),
         "gold counts every silver row once": gold_total == rows,
     }
     print(
         f"\nsilver: {rows} rows, {distinct} distinct event_ids; committed valid ids sent: "
         f"{len(oracle.committed_valid)} (+{oracle.duplicates_sent} duplicate sends, "
-        f"{len(oracle.aborted)} aborted, {oracle.malformed} malformed)"
+        f"{len(oracle.aborted)} aborted, {len(oracle.malformed)} malformed)"
     )
     for name, ok in checks.items():
         print(f"  {'OK  ' if ok else 'FAIL'} {name}")
@@ -175,7 +122,6 @@ def start_engine(server: SparkConnectServer) -> None:
 
 def main() -> int:
     settings = load_settings()
-    rng = random.Random(7)
     say("reset", f"clean demo state in {settings.state_dir}")
     broker = LocalBroker(settings.state_dir, settings.cache_dir)
     broker.stop()
@@ -200,11 +146,11 @@ def main() -> int:
 
     end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     start = end - timedelta(hours=INTERVALS)
-    oracle = produce_stream(settings, start, rng)
+    oracle = produce_stream(settings, start)
     say(
         "produce",
         f"{len(oracle.committed_valid)} committed events (+{oracle.duplicates_sent} duplicates), "
-        f"{len(oracle.aborted)} aborted, {oracle.malformed} malformed, one late-committed transaction",
+        f"{len(oracle.aborted)} aborted, {len(oracle.malformed)} malformed, one late-committed transaction",
     )
 
     env = airflow_env(settings)

@@ -6,7 +6,7 @@ combined mode (broker and controller in one process). Everything it writes --
 data, config, log, pid file -- lives under `<state_dir>/kafka`, so deleting that
 folder is a full reset.
 
-    python -m slicewise.kafka.broker start|stop|status [--state-dir D] [--cache-dir C]
+    python -m slicewise_dev.broker start|stop|status [--state-dir D] [--cache-dir C]
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
@@ -229,9 +230,7 @@ class LocalBroker:
         self.home.mkdir(parents=True, exist_ok=True)
         lines = [f"{key}={value}" for key, value in self.server_properties().items()]
         self.config_path.write_text(
-            "# Written by slicewise.kafka.broker; edits are overwritten.\n"
-            + "\n".join(lines)
-            + "\n"
+            "# Written by slicewise_dev.broker; edits are overwritten.\n" + "\n".join(lines) + "\n"
         )
         self.log4j_path.write_text(LOG4J2_PROPERTIES)
         return self.config_path
@@ -467,6 +466,27 @@ def _random_cluster_id() -> str:
             return text
 
 
+@contextlib.contextmanager
+def running_broker(state_dir: Path, **options: Any) -> Iterator[LocalBroker]:
+    """A broker of one's own for the with-block: started, then stopped after it.
+
+    It listens on free loopback ports, so it never meets (or passes for) the demo's
+    broker on 19092; a caller that needs to know a port first (to put a proxy in
+    front) picks `port` and `controller_port` itself with one `free_ports` call.
+    `options` are LocalBroker's (sasl_users, advertised_port, ...).
+    """
+    wanted = [k for k in ("port", "controller_port") if k not in options]
+    if options.get("sasl_users") and "sasl_port" not in options:
+        wanted.append("sasl_port")
+    options.update(zip(wanted, free_ports(len(wanted)), strict=True))
+    broker = LocalBroker(state_dir, load_settings().cache_dir, **options)
+    broker.start(timeout=120)  # a first run also downloads the jars
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
 def free_ports(count: int = 2) -> list[int]:
     """Distinct loopback ports nothing listens on now, so a test broker never meets the demo's."""
     socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
@@ -499,7 +519,7 @@ def _port_free(port: int) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     settings = load_settings()
     parser = argparse.ArgumentParser(
-        prog="python -m slicewise.kafka.broker", description=__doc__.splitlines()[0]
+        prog="python -m slicewise_dev.broker", description=__doc__.splitlines()[0]
     )
     parser.add_argument("command", choices=["start", "stop", "status"])
     parser.add_argument(

@@ -1,6 +1,9 @@
 """The event source: a realistic, faulty stream, and an oracle of what it really committed.
 
-    slicewise produce --start 2026-11-22T00:00:00Z --intervals 3 --events 600 \\
+The one event generator of the dev stack: the demo, the tests, the chaos suite and
+the bench all produce through `produce()`.
+
+    slicewise-produce --start 2026-11-22T00:00:00Z --intervals 3 --events 600 \\
         --duplicate-rate 0.05 --aborted-rate 0.1 --malformed-rate 0.02 \\
         --open-transactions 1 --skew-minutes 20 --drift-rate 0.05 --manifest oracle.json
 
@@ -20,14 +23,16 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from slicewise.cli import instant
 from slicewise.config import Settings, load_settings
-from slicewise.kafka.producer import Record, TxProducer, ensure_topic, event_value
+from slicewise_dev.producer import Record, TxProducer, ensure_topic, event_value
 
 MALFORMED = [
     b"{not json",
@@ -157,8 +162,11 @@ def produce(
     return manifest
 
 
-def add_arguments(parser: argparse.ArgumentParser, instant: Callable[[str], datetime]) -> None:
-    """The `slicewise produce` options; `instant` parses a zoned ISO-8601 time."""
+def main(argv: Sequence[str] | None = None, settings: Settings | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="slicewise-produce",
+        description="Send a realistic stream with faults to SLICEWISE_TOPIC and write its oracle.",
+    )
     parser.add_argument("--start", type=instant, required=True, help="first interval's start")
     parser.add_argument("--intervals", type=int, default=3, help="hours of events (default 3)")
     parser.add_argument("--events", type=int, default=600, help="new events in all (default 600)")
@@ -174,9 +182,7 @@ def add_arguments(parser: argparse.ArgumentParser, instant: Callable[[str], date
     parser.add_argument("--drift-rate", type=float, default=0.0, help="events with a new field")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--manifest", type=Path, required=True, help="where to write the oracle")
-
-
-def run(args: argparse.Namespace, settings: Settings | None = None) -> int:
+    args = parser.parse_args(argv)
     settings = settings or load_settings()
     faults = Faults(
         args.duplicate_rate, args.aborted_rate, args.malformed_rate,
@@ -194,3 +200,7 @@ def run(args: argparse.Namespace, settings: Settings | None = None) -> int:
         f"oracle in {args.manifest}"
     )
     return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -4,7 +4,7 @@ For the cluster-mode tests and for trying the DAG against a cluster by hand. The
 DAG does not know about it: point the `spark_default` connection at
 `master_url` and the same jobs run here instead of in `local[*]`.
 
-    python -m slicewise.spark_cluster [--cores 2] [--memory 4g]   # runs until Ctrl-C
+    python -m slicewise_dev.spark_cluster [--cores 2] [--memory 4g]   # runs until Ctrl-C
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from slicewise.kafka.broker import free_ports
+from slicewise_dev.broker import free_ports
 
 SPARK_CLASS = Path(sys.executable).parent / "spark-class"
 
@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from slicewise.config import load_settings
 
     parser = argparse.ArgumentParser(
-        prog="python -m slicewise.spark_cluster", description=__doc__.splitlines()[0]
+        prog="python -m slicewise_dev.spark_cluster", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--memory", default="4g")

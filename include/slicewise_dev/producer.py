@@ -1,4 +1,4 @@
-"""A transactional, idempotent event producer (tests, demo and event source)."""
+"""A transactional, idempotent event producer (the event source, tests and bench)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from slicewise.kafka.offsets import TopicOffsets
 
 
 def event_value(
@@ -59,7 +61,7 @@ class TxProducer:
 
     def __init__(self, conf: dict[str, str], topic: str, transactional_id: str):
         self.topic = topic
-        self._admin = AdminClient(conf)
+        self._offsets = TopicOffsets(conf, topic)
         self._first: dict[int, int] = {}  # lowest offset per partition in the open transaction
         self._producer = Producer(
             {
@@ -118,11 +120,7 @@ class TxProducer:
         """
         deadline = time.monotonic() + timeout
         while self._first:
-            request = {TopicPartition(self.topic, p): OffsetSpec.latest() for p in self._first}
-            futures = self._admin.list_offsets(
-                request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout
-            )
-            lso = {tp.partition: f.result().offset for tp, f in futures.items()}
+            lso = self._offsets.last_stable(list(self._first))
             self._first = {p: o for p, o in self._first.items() if lso[p] == o}
             if self._first and time.monotonic() > deadline:
                 raise TimeoutError(f"{self.topic}: transaction markers not written: {self._first}")
