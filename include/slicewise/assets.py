@@ -13,7 +13,10 @@ SILVER = Asset(name="slicewise_silver", uri="slicewise://silver")
 def announce(
     slice_id: str, data_interval_end: datetime, inlet_events: Any, outlet_events: Any
 ) -> None:
-    """Emit the silver Asset event once per slice; a re-run is skipped.
+    """Emit the silver Asset event once per slice that read anything; a re-run is skipped.
+
+    An empty slice (no committed record in its interval) changes nothing downstream,
+    so it is not announced. The event's extra carries the slice's counts.
 
     "Already announced" is asked of Airflow's own Asset events, not of our
     ledger: a worker dying after writing the ledger but before Airflow stored
@@ -35,6 +38,13 @@ def announce(
                 f"({event.timestamp}); nothing changes downstream"
             )
     ledger = Ledger(settings.ledger_dir, settings.topic)
+    counts = (ledger.step(slice_id, "gate") or {}).get("counts") or {}
+    if counts.get("read") == 0:
+        ledger.record_step(slice_id, "announce", {"skipped": "empty slice"})
+        raise AirflowSkipException(
+            f"slice {slice_id} of {settings.topic} is empty (no committed record in its "
+            "interval): nothing to announce"
+        )
     publication = ledger.step(slice_id, "publish") or {}
     extra = {
         "topic": settings.topic,
@@ -42,6 +52,7 @@ def announce(
         "silver_version": publication.get("silver_version"),
         "gold_version": publication.get("gold_version"),
         "hours": publication.get("hours"),
+        "counts": {k: counts.get(k) for k in ("read", "quarantined", "inserted")},
     }
     outlet_events[SILVER].extra = extra
     ledger.record_step(slice_id, "announce", extra)

@@ -61,6 +61,8 @@ def status_rows(ledger: Ledger) -> list[dict]:
                     )
                 },
                 "gate": (steps.get("gate") or {}).get("success"),
+                # Passing reruns since the first pass; the counts above stay the first's.
+                "rechecks": (steps.get("gate") or {}).get("rechecks", []),
                 "data_loss_accepted": bool(steps.get("data_loss_ack")),
             }
         )
@@ -84,7 +86,22 @@ def print_status(rows: list[dict]) -> None:
             f"{r['slice_id']:34} {offsets[:36]:36} {done:28} {c['read'] or '-':>6} {c['quarantined'] or 0:>5} "
             f"{c['duplicates_in_slice'] or 0:>5} {c['inserted'] or 0:>6} {c['duplicates_in_silver'] or 0:>5} "
             f"{gate}{'  DATA LOSS ACCEPTED' if r['data_loss_accepted'] else ''}"
+            f"{_rechecked(r['rechecks'])}"
         )
+
+
+def _rechecked(rechecks: list[dict]) -> str:
+    """`  rechecked 2x, same counts`, or the latest counts that differ from the first pass."""
+    if not rechecks:
+        return ""
+    changed = [r["counts"] for r in rechecks if r["counts"] is not None]
+    if not changed:
+        return f"  rechecked {len(rechecks)}x, same counts"
+    c = changed[-1]
+    return (
+        f"  rechecked {len(rechecks)}x; latest: ins {c['inserted']} dupX "
+        f"{c['duplicates_in_silver']} quar {c['quarantined']} (later slices took rows, or a reprocess)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

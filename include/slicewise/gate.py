@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict
+from datetime import UTC, datetime
 
 import great_expectations.expectations as gxe
 import pandas as pd
@@ -104,7 +105,7 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
         "summary": summary,
         "data_docs": [str(r.docs_index) for r in reports],
     }
-    ledger.record_step(slice_id, "gate", outcome)
+    ledger.record_step(slice_id, "gate", settled(ledger.step(slice_id, "gate"), outcome))
     fault_point("gate.validated", settings, slice_id)
     if not success:
         failed = next(r for r in reversed(reports) if not r.success)  # the most specific
@@ -115,6 +116,26 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
         )
     log.info("gate passed for %s: %s", slice_id, counts.describe())
     return outcome
+
+
+def settled(previous: dict | None, outcome: dict) -> dict:
+    """What the ledger keeps of a gate run: one truth per slice.
+
+    A slice that passed keeps the outcome it was first published with; a passing
+    rerun (a cleared task, a backfill) is listed beside it under `rechecks`, with
+    its counts only when they differ. They can: silver's survivor is the lowest
+    Kafka position, so a later slice holding an earlier copy of an id takes that
+    row over, and a reprocess moves records out of quarantine. A failing run
+    replaces the outcome, since nothing may be published past it.
+    """
+    if not (previous and previous.get("success") and outcome["success"]):
+        return outcome
+    same = previous.get("counts") == outcome["counts"]
+    recheck = {
+        "recorded_at": datetime.now(UTC).isoformat(),
+        "counts": None if same else outcome["counts"],
+    }
+    return {**previous, "rechecks": [*previous.get("rechecks", []), recheck]}
 
 
 def _validate(

@@ -41,7 +41,7 @@ def produce_stream(settings: Settings, start: datetime) -> Manifest:
     """Three hours of events with every fault the pipeline must absorb: re-sent ids
     (to any partition, in a later hour too), aborted transactions, malformed records
     and one transaction left open from the first hour until the very end."""
-    faults = Faults(duplicate_rate=0.06, aborted_rate=0.1, malformed_rate=0.03, open_transactions=1)
+    faults = Faults(duplicate_rate=0.06, aborted_rate=0.2, malformed_rate=0.03, open_transactions=1)
     return source.produce(settings, start, INTERVALS, EVENTS, faults, PARTITIONS, seed=7)
 
 

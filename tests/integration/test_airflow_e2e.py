@@ -105,6 +105,7 @@ def end_to_end(spark, settings, producer, run_dag, events_of) -> None:
     assert gate["success"] and gate["counts"]["read"] == 22 and gate["counts"]["quarantined"] == 1
     [event] = events_of(sl.slice_id)
     assert event["silver_version"] >= 1
+    assert event["counts"] == {"read": 22, "quarantined": 1, "inserted": 20}
     before = tables(spark, settings)
 
     # The same interval again clears every task and runs it again (what on-call does
@@ -114,6 +115,18 @@ def end_to_end(spark, settings, producer, run_dag, events_of) -> None:
     assert again["announce"] == "skipped" and again["gate"] == "success", again
     assert tables(spark, settings) == before
     assert len(events_of(sl.slice_id)) == 1
+    # ... and the slice keeps its one recorded outcome, the rerun listed beside it.
+    rechecked = ledger.step(sl.slice_id, "gate")
+    assert {k: rechecked[k] for k in gate} == gate
+    assert [r["counts"] for r in rechecked["rechecks"]] == [None]
+
+    # An hour with no record: an empty slice, the run green, nothing announced.
+    empty = run_dag(start + timedelta(hours=2))
+    assert empty["gate"] == "success" and empty["announce"] == "skipped", empty
+    [_, hollow] = ledger.slices()
+    assert ledger.step(hollow.slice_id, "gate")["counts"]["read"] == 0
+    assert ledger.step(hollow.slice_id, "announce")["skipped"] == "empty slice"
+    assert events_of(hollow.slice_id) == []
 
     # Force a duplicate into silver: the gate must fail, naming it, and nothing is published.
     dup = spark.read.format("delta").load(settings.table("silver")).where(F.col("event_id") == "e3")
