@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: help bootstrap demo test test-unit chaos chaos-report bench lint fmt broker-start broker-stop spark-connect spark-connect-start spark-connect-stop status airflow-ui spark-cluster lock clean
+.PHONY: help bootstrap demo test test-unit chaos chaos-report bench lint fmt broker-start broker-stop spark-connect spark-connect-start spark-connect-stop status airflow-ui airflow-ui-stop stop spark-cluster lock clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -59,8 +59,13 @@ spark-connect-stop: ## stop the background Spark Connect server
 status: bootstrap ## slices, offsets, steps and counts from the ledger
 	@$(VENV)/slicewise status
 
-airflow-ui: bootstrap ## the Airflow UI (airflow standalone, :8080) on the demo's state; needs `make demo` (or broker-start + spark-connect-start) first
+airflow-ui: bootstrap ## the Airflow UI (airflow standalone, :8080) on the demo's state, until Ctrl-C; needs `make demo` (or broker-start + spark-connect-start) first
 	@$(VENV)/python -m slicewise_dev.airflow_env standalone
+
+airflow-ui-stop: ## stop `make airflow-ui` (and every process it started) from another shell
+	@$(VENV)/python -m slicewise_dev.airflow_env stop
+
+stop: airflow-ui-stop broker-stop spark-connect-stop ## stop everything the demo and `make airflow-ui` started
 
 spark-cluster: bootstrap ## a Spark standalone master + worker on loopback (until Ctrl-C); prints the spark_default to use
 	@$(VENV)/python -m slicewise_dev.spark_cluster

@@ -3,16 +3,27 @@
 Used by the demo, the tests and `make airflow-ui`, so all three see the same
 metadata DB, connection and lakehouse.
 
-    python -m slicewise_dev.airflow_env standalone   # the Airflow UI on :8080
+    python -m slicewise_dev.airflow_env standalone   # the Airflow UI on :8080, until Ctrl-C
+    python -m slicewise_dev.airflow_env stop         # stop it from another shell
+
+`airflow standalone` runs the scheduler, dag-processor, triggerer, api-server and
+the executor's workers as its children; on SIGTERM it leaves them running. So it
+runs in a process group of its own, and Ctrl-C (or `stop`) ends that whole group
+and every descendant, with a pid file so that `stop` finds it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import psutil
 
 from slicewise.config import REPO_ROOT, Settings, load_settings
 
@@ -62,14 +73,84 @@ def migrate(env: dict[str, str]) -> None:
     )
 
 
+def pid_file(env: dict[str, str]) -> Path:
+    return Path(env["AIRFLOW_HOME"]) / "standalone.pid"
+
+
+def standalone(env: dict[str, str]) -> int:
+    """`airflow standalone` until Ctrl-C or SIGTERM, then nothing it started is left."""
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "airflow"), "standalone"], env=env, start_new_session=True
+    )
+    pid_file(env).write_text(f"{os.getpid()}\n")
+    stopping = False
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        if not stopping:
+            stopping = True
+            print(f"\nstopping Airflow ({signal.Signals(signum).name})", flush=True)
+            end_tree(proc.pid)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        code = proc.wait()
+        end_tree(proc.pid)  # a child may outlive standalone if it died on its own
+    finally:
+        pid_file(env).unlink(missing_ok=True)
+    return 0 if stopping else code
+
+
+def end_tree(pid: int, timeout: float = 30.0) -> None:
+    """SIGTERM the process group of `pid` and every descendant (some start sessions of
+    their own), then SIGKILL whatever is left after `timeout`."""
+    try:
+        tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        tree = []
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGTERM)
+    for p in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.terminate()
+    _, alive = psutil.wait_procs(tree, timeout=timeout)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(alive, timeout=5)
+
+
+def stop(env: dict[str, str], timeout: float = 60.0) -> int:
+    """Stop a `standalone` started from another shell (what `make airflow-ui-stop` runs)."""
+    path = pid_file(env)
+    if not path.exists():
+        print("Airflow (make airflow-ui) is not running")
+        return 0
+    pid = int(path.read_text())
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)  # its handler ends the whole tree
+    deadline = time.monotonic() + timeout
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if psutil.pid_exists(pid):
+        end_tree(pid)
+    path.unlink(missing_ok=True)
+    print(f"Airflow stopped (was pid {pid})")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     env = airflow_env(load_settings())
+    if argv == ["stop"]:
+        return stop(env)
     migrate(env)
     print(
         f"AIRFLOW_HOME={env['AIRFLOW_HOME']}; the admin password is printed below and kept in "
-        f"{env['AIRFLOW_HOME']}/simple_auth_manager_passwords.json.generated"
+        f"{env['AIRFLOW_HOME']}/simple_auth_manager_passwords.json.generated; Ctrl-C stops it all",
+        flush=True,
     )
-    os.execve(str(VENV_BIN / "airflow"), ["airflow", *argv], env)
+    return standalone(env)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,60 @@
+"""`make airflow-ui` stops cleanly: nothing `airflow standalone` started outlives it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+import psutil
+import pytest
+
+from slicewise_dev.broker import free_ports
+
+pytestmark = pytest.mark.integration
+
+
+def ui_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "slicewise_dev.airflow_env", *args]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "airflow standalone exited before it was up"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                if b'"scheduler"' in answer.read() and answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(2)
+    raise AssertionError(f"{url} did not answer in {timeout:.0f}s")
+
+
+def test_stop_ends_airflow_standalone_and_every_process_it_started(tmp_path):
+    (port,) = free_ports(1)
+    env = {**os.environ, "SLICEWISE_STATE_DIR": str(tmp_path), "AIRFLOW__API__PORT": str(port)}
+    env.pop("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")  # its own SQLite, not the test session's
+    log = (tmp_path / "standalone.log").open("w")
+    ui = subprocess.Popen(ui_command("standalone"), env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/api/v2/monitor/health", ui)
+        tree = psutil.Process(ui.pid).children(recursive=True)
+        commands = " ".join(" ".join(p.cmdline()) for p in tree)
+        assert len(tree) >= 4 and "scheduler" in commands, commands
+
+        stopped = subprocess.run(ui_command("stop"), env=env, capture_output=True, text=True)
+        assert stopped.returncode == 0 and "Airflow stopped" in stopped.stdout, stopped
+        assert ui.wait(timeout=60) == 0
+        _, alive = psutil.wait_procs(tree, timeout=10)
+        left = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert left == [], [" ".join(p.cmdline()) for p in left]
+        again = subprocess.run(ui_command("stop"), env=env, capture_output=True, text=True)
+        assert "not running" in again.stdout
+    finally:
+        if ui.poll() is None:
+            ui.kill()
+        log.close()
