@@ -15,9 +15,11 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from datetime import datetime
+from dataclasses import asdict
+from datetime import UTC, datetime
 
 from slicewise.config import ConfigError, load_settings
+from slicewise.holds import Hold
 from slicewise.jobs import STEPS, step_parser
 from slicewise.ledger import STEPS as LEDGER_STEPS
 from slicewise.ledger import Ledger
@@ -67,6 +69,12 @@ def status_rows(ledger: Ledger) -> list[dict]:
             }
         )
     return rows
+
+
+def print_holds(holds: list[Hold], now: datetime) -> None:
+    """Partitions an open transaction held back at the latest plan: slices stop short there."""
+    for hold in holds:
+        print(f"HELD {hold.describe(now)} (as of the latest plan)")
 
 
 def print_status(rows: list[dict]) -> None:
@@ -135,8 +143,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             sl = plan_slice(settings, args.start, args.end)
             print(sl.describe())
         elif args.command == "status":
-            rows = status_rows(Ledger(settings.ledger_dir, settings.topic))
-            print(json.dumps(rows, indent=2)) if args.json else print_status(rows)
+            ledger = Ledger(settings.ledger_dir, settings.topic)
+            rows, holds = status_rows(ledger), list(ledger.holds().values())
+            if args.json:
+                held = [{**asdict(h), "since": h.since.isoformat()} for h in holds]
+                print(json.dumps({"slices": rows, "held_partitions": held}, indent=2))
+            else:
+                print_holds(holds, datetime.now(UTC))
+                print_status(rows)
         else:
             from slicewise.jobs import run
 

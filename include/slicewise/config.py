@@ -35,6 +35,8 @@ class Settings:
     ledger_location: str | None = None
     # sc://host:port of a Spark Connect server the steps are clients of; None: in-process Spark.
     spark_remote: str | None = None
+    # How long an open transaction may hold a partition's LSO before planning fails; 0: never.
+    max_open_transaction_seconds: int = 900
 
     @property
     def spark_kafka_props(self) -> dict[str, str]:
@@ -151,6 +153,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         kafka_spark_props=kafka_props_from_env(env, KAFKA_SPARK_PROP_PREFIX),
         ledger_location=env.get("SLICEWISE_LEDGER_DIR", "").strip() or None,
         spark_remote=_spark_remote(env),
+        max_open_transaction_seconds=_int(env, "SLICEWISE_MAX_OPEN_TRANSACTION_SECONDS", 900),
     )
     settings.spark_kafka_props  # noqa: B018 - fail fast on settings Spark could not use
     return settings

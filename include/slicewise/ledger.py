@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from slicewise.config import ConfigError
+from slicewise.holds import Hold
 from slicewise.slices import Boundary, Slice, stamp
 
 STEPS = ("plan", "bronze", "silver", "gate", "publish")
@@ -133,6 +134,28 @@ class Ledger:
             elif b.at > at and after is None:
                 after = b
         return before, after
+
+    # -- partitions an open transaction holds back ---------------------------
+    def holds(self) -> dict[int, Hold]:
+        path = self.root / "holds.json"
+        if not path.exists():
+            return {}
+        return {
+            int(p): Hold(int(p), h["offset"], h["waiting"], datetime.fromisoformat(h["since"]))
+            for p, h in json.loads(path.read_text()).items()
+        }
+
+    def save_holds(self, holds: dict[int, Hold]) -> None:
+        """The latest plan's view (planners racing may each write theirs: both are current)."""
+        payload = {
+            str(h.partition): {
+                "offset": h.offset,
+                "waiting": h.waiting,
+                "since": h.since.isoformat(),
+            }
+            for h in holds.values()
+        }
+        _replace(self.root / "holds.json", payload)
 
     # -- slices and their steps --------------------------------------------
     def _slice_dir(self, slice_id: str) -> Path:

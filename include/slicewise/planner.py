@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from slicewise.config import Settings
 from slicewise.faults import fault_point
+from slicewise.holds import StuckTransaction, overdue, track
 from slicewise.kafka.offsets import TopicOffsets
 from slicewise.ledger import Ledger
 from slicewise.slices import Boundary, Slice, check_contiguous, resolve_offset, slice_between, utc
@@ -39,6 +40,33 @@ def resolve_boundary(ledger: Ledger, offsets: TopicOffsets, at: datetime) -> Bou
     return winner
 
 
+def watch_holds(settings: Settings, ledger: Ledger, offsets: TopicOffsets, now: datetime) -> None:
+    """Report each partition an open transaction holds back; fail once one is overdue.
+
+    Nothing is lost either way: the slice stops short of the LSO and later slices
+    take the rest once the transaction ends. Failing makes a transaction that never
+    ends (a hanging one, a producer that died without aborting and a broker timeout
+    above our limit) a red task instead of slices that quietly stop short.
+    """
+    partitions = offsets.partitions()
+    holds = track(
+        ledger.holds(), offsets.last_stable(partitions), offsets.high_watermarks(partitions), now
+    )
+    ledger.save_holds(holds)
+    for hold in holds.values():
+        log.warning("%s; nothing past it is read until it ends", hold.describe(now))
+    limit = settings.max_open_transaction_seconds
+    if late := overdue(holds, now, timedelta(seconds=limit) if limit else None):
+        raise StuckTransaction(
+            f"topic {settings.topic}: "
+            + "; ".join(h.describe(now) for h in late)
+            + f". That is over SLICEWISE_MAX_OPEN_TRANSACTION_SECONDS={limit}: this interval "
+            "cannot be frozen past it, and nothing was written. Find the transaction's producer "
+            "and let it end, or abort it (kafka-transactions.sh find-hanging / abort); then "
+            "clear this task. See docs/RUNBOOK.md#stuck-lso."
+        )
+
+
 def plan_slice(
     settings: Settings, start: datetime, end: datetime, now: datetime | None = None
 ) -> Slice:
@@ -57,6 +85,8 @@ def plan_slice(
             "this; by hand, retry after that time."
         )
     offsets = TopicOffsets.of(settings)
+    if ledger.boundary(end) is None:  # a new slice: not a rerun of a frozen one
+        watch_holds(settings, ledger, offsets, now)
     lower = resolve_boundary(ledger, offsets, start)
     upper = resolve_boundary(ledger, offsets, end)
     check_contiguous(ledger.boundaries())

@@ -14,7 +14,9 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from slicewise import bronze as bronze_module
+from slicewise import cli
 from slicewise.bronze import run_bronze
+from slicewise.holds import StuckTransaction
 from slicewise.kafka.offsets import TopicOffsets
 from slicewise.ledger import Ledger
 from slicewise.planner import IntervalNotClosed, plan_slice
@@ -359,3 +361,46 @@ def test_gold_follows_an_event_that_a_later_slice_moves_to_another_hour(spark, p
     gold = table(spark, settings, "gold_events_per_hour")
     assertDataFrameEqual(gold.select("hour", "event_type", "events"), expected)
     assert gold.agg(F.sum("events")).first()[0] == 2
+
+
+def test_an_open_transaction_holding_the_lso_is_reported_then_fails_planning_once_overdue(
+    pipeline, kafka_bootstrap, caplog, capsys, monkeypatch
+):
+    settings, producer = pipeline
+    ledger = Ledger(settings.ledger_dir, settings.topic)
+    producer.send([ev("before", 0.2, 1)])
+    hung = TxProducer(
+        {"bootstrap.servers": kafka_bootstrap}, settings.topic, f"hung-{settings.topic}"
+    )
+    hung.begin([ev("open", 0.5, 1)])
+    producer.send([ev("behind", 0.6, 1)])  # committed, but past the open transaction
+
+    caplog.set_level("WARNING", logger="slicewise.planner")
+    plan_slice(settings, at(0), at(1), now=LATER)  # reported, not failed: it may end soon
+    [hold] = ledger.holds().values()
+    assert (hold.partition, hold.since) == (1, LATER) and hold.waiting >= 2
+    assert "partition 1: last stable offset held at" in caplog.text
+
+    for name, value in {
+        "SLICEWISE_TOPIC": settings.topic,
+        "SLICEWISE_LAKEHOUSE": settings.lakehouse,
+    }.items():
+        monkeypatch.setenv(name, value)
+    assert cli.main(["status"]) == 0
+    assert f"HELD partition 1: last stable offset held at {hold.offset}" in capsys.readouterr().out
+
+    # Still held at the same offset past SLICEWISE_MAX_OPEN_TRANSACTION_SECONDS (900):
+    # the next interval is refused, naming it, and nothing is frozen.
+    with pytest.raises(
+        StuckTransaction,
+        match=rf"partition 1: last stable offset held at {hold.offset} .*SLICEWISE_MAX_OPEN_TRANSACTION_SECONDS=900",
+    ):
+        plan_slice(settings, at(1), at(2), now=LATER + timedelta(minutes=16))
+    assert ledger.boundary(at(2)) is None
+
+    hung.commit()  # the transaction ends: planning goes on, and the slice takes it all
+    sl = plan_slice(settings, at(1), at(2), now=LATER + timedelta(minutes=17))
+    assert ledger.holds() == {}
+    first = ledger.load_slice(f"{at(0):%Y%m%dT%H%M%SZ}-{at(1):%Y%m%dT%H%M%SZ}")
+    assert first.ranges[1][1] == hold.offset  # the first slice stopped short of the hold
+    assert sl.ranges[1][0] == hold.offset

@@ -64,12 +64,17 @@ class TopicOffsets:
             )
         return sorted(topic.partitions)
 
-    def _list(self, spec: OffsetSpec, partitions: list[int] | None = None) -> dict[int, int]:
+    def _list(
+        self,
+        spec: OffsetSpec,
+        partitions: list[int] | None = None,
+        isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
+    ) -> dict[int, int]:
         partitions = self.partitions() if partitions is None else partitions
         request = {TopicPartition(self.topic, p): spec for p in partitions}
         try:
             futures = self._admin.list_offsets(
-                request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=self.timeout
+                request, isolation_level=isolation, request_timeout=self.timeout
             )
             return {tp.partition: fut.result().offset for tp, fut in futures.items()}
         except KafkaException as exc:
@@ -82,6 +87,10 @@ class TopicOffsets:
     def last_stable(self, partitions: list[int] | None = None) -> dict[int, int]:
         """The LSO per partition: read_committed never returns records at or past it."""
         return self._list(OffsetSpec.latest(), partitions)
+
+    def high_watermarks(self, partitions: list[int] | None = None) -> dict[int, int]:
+        """The end of the log per partition, undecided transactions included."""
+        return self._list(OffsetSpec.latest(), partitions, IsolationLevel.READ_UNCOMMITTED)
 
     def for_time(self, at: datetime, partitions: list[int] | None = None) -> dict[int, int | None]:
         """First offset whose timestamp is >= `at`, or None where no record has one yet."""
