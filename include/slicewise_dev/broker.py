@@ -32,6 +32,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from slicewise.config import REPO_ROOT, load_settings
+from slicewise.connect_server import port_open
 
 KAFKA_VERSION = "4.1.1"  # keep in step with kafka.version in scripts/kafka/pom.xml
 KAFKA_POM = REPO_ROOT / "scripts" / "kafka" / "pom.xml"
@@ -297,7 +298,7 @@ class LocalBroker:
         The cluster id is compared so another broker on the same port never passes
         for ours; init_transactions() proves the single-broker transaction setup.
         """
-        if not _port_open(self.port):
+        if not port_open(self.port):
             return False
         deadline = time.monotonic() + timeout
         conf = {"bootstrap.servers": self.bootstrap, "log_level": 2}
@@ -497,12 +498,6 @@ def free_ports(count: int = 2) -> list[int]:
     finally:
         for sock in socks:
             sock.close()
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _port_free(port: int) -> bool:

@@ -1,0 +1,191 @@
+"""Airflow's components as processes of our own, and backfills run through them.
+
+The api-server and the scheduler (LocalExecutor; a triggerer on request) share one
+metadata DB, SQLite for the demo or PostgreSQL for the production-shaped test.
+Runs are created with `airflow backfill create`, as the UI's backfill form does, so
+they carry the timetable's own logical dates (an interval's start): a scheduler
+started later on the same DB carries on after them, and a backfill over those
+hours finds them instead of making a second run of the same slice.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO
+
+from sqlalchemy import create_engine, text
+
+from slicewise.connect_server import port_open
+from slicewise_dev.airflow_env import VENV_BIN, end_tree
+from slicewise_dev.broker import free_ports
+
+DAG_ID = "slicewise_pipeline"
+FINISHED = ("success", "failed")
+
+
+def airflow(env: dict[str, str], *args: str) -> str:
+    out = subprocess.run(
+        [str(VENV_BIN / "airflow"), *args], env=env, capture_output=True, text=True, timeout=900
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"airflow {' '.join(args)} failed:\n{out.stderr[-3000:]}")
+    return out.stdout
+
+
+def _utc(value: datetime | str | None) -> datetime | None:
+    """A timestamp from the DB: PostgreSQL gives aware datetimes, SQLite naive UTC text."""
+    if value is None:
+        return None
+    at = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class Run:
+    logical_date: datetime
+    state: str
+    seconds: float | None  # from its start to its end, once it has ended
+
+
+class AirflowServices:
+    """api-server + scheduler (+ triggerer) on the metadata DB of `env`; a context manager."""
+
+    def __init__(self, env: dict[str, str], logs: Path, triggerer: bool = False) -> None:
+        (self.port,) = free_ports(1)
+        self.env = {
+            **env,
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            # Only the backfills run: no scheduled run for the latest interval on unpause.
+            "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+        }
+        self.logs = logs
+        self.components = [["api-server", "--port", str(self.port)], ["scheduler"]]
+        if triggerer:
+            self.components.append(["triggerer"])
+        self.db = create_engine(self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+        self._procs: list[tuple[subprocess.Popen[bytes], IO[str]]] = []
+
+    def __enter__(self) -> AirflowServices:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, timeout: float = 180) -> None:
+        airflow(self.env, "db", "migrate")
+        airflow(self.env, "dags", "reserialize")  # no dag-processor: the DAGs are parsed once
+        airflow(self.env, "dags", "unpause", DAG_ID)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        for component in self.components:
+            out = open(self.logs / f"airflow-{component[0]}.log", "w")  # noqa: SIM115 - closed in stop()
+            proc = subprocess.Popen(
+                [str(VENV_BIN / "airflow"), *component],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            self._procs.append((proc, out))
+        deadline = time.monotonic() + timeout
+        while not port_open(self.port):
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(
+                    f"the api-server did not listen in {timeout:.0f}s:\n{self.tail()}"
+                )
+            time.sleep(1)
+
+    def stop(self) -> None:
+        """End every component and whatever it started (the executor's workers too)."""
+        for proc, out in self._procs:
+            end_tree(proc.pid)
+            out.close()
+        self._procs = []
+        self.db.dispose()
+
+    def tail(self) -> str:
+        return "\n".join(
+            f"{p.name}:\n{p.read_text()[-3000:]}" for p in self.logs.glob("airflow-*.log")
+        )
+
+    def runs(self) -> tuple[dict[datetime, Run], bool]:
+        """Every backfill run by logical date; and whether a backfill is still open.
+
+        The scheduler closes a backfill a few loops after its last run ends, and Airflow
+        refuses a second backfill of the same DAG until then.
+        """
+        with self.db.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT logical_date, state, start_date, end_date FROM dag_run"
+                    " WHERE dag_id = :dag AND run_type = 'backfill'"
+                ),
+                {"dag": DAG_ID},
+            ).all()
+            still_open = conn.scalar(
+                text("SELECT count(*) FROM backfill WHERE dag_id = :dag AND completed_at IS NULL"),
+                {"dag": DAG_ID},
+            )
+        runs = {}
+        for at, state, began, ended in rows:
+            began, ended = _utc(began), _utc(ended)
+            took = (ended - began).total_seconds() if began and ended else None
+            runs[_utc(at)] = Run(_utc(at), str(state), took)
+        return runs, still_open > 0
+
+    def backfill(
+        self,
+        start: datetime,
+        end: datetime,
+        reprocess: str = "none",
+        max_active_runs: int = 1,
+        on_finished: Callable[[Run], None] | None = None,
+        timeout: float = 1500,
+    ) -> dict[datetime, Run]:
+        """Backfill the hourly intervals in [start, end); return once the backfill has completed.
+
+        The CLI's dates are logical dates (interval starts), both ends included.
+        `on_finished(run)` is called once for each run as it ends.
+        """
+        airflow(
+            self.env, "backfill", "create", "--dag-id", DAG_ID,
+            "--from-date", start.isoformat(), "--to-date", (end - timedelta(hours=1)).isoformat(),
+            "--reprocess-behavior", reprocess, "--max-active-runs", str(max_active_runs),
+        )  # fmt: skip
+        hours = int((end - start) / timedelta(hours=1))
+        wanted = [start + timedelta(hours=h) for h in range(hours)]
+        told: set[datetime] = set()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            all_runs, still_open = self.runs()
+            runs = {at: run for at, run in all_runs.items() if start <= at < end}
+            for at, run in sorted(runs.items()):
+                if run.state in FINISHED and at not in told and on_finished is not None:
+                    told.add(at)
+                    on_finished(run)
+            # A reprocessed run is cleared back to queued before it runs again.
+            done = sorted(runs) == wanted and all(r.state in FINISHED for r in runs.values())
+            if done and not still_open:
+                return runs
+            if not still_open and sorted(runs) != wanted:
+                break  # the backfill closed without creating every run: waiting cannot help
+            time.sleep(2)
+        raise RuntimeError(f"backfill did not finish: {self.runs()}\n{self.tail()}")
+
+    def asset_events(self, topic: str, slice_id: str) -> list[dict]:
+        with self.db.connect() as conn:
+            extras = conn.scalars(text("SELECT extra FROM asset_event")).all()
+        extras = [json.loads(e) if isinstance(e, str) else e for e in extras]
+        return [e for e in extras if (e.get("topic"), e.get("slice_id")) == (topic, slice_id)]
