@@ -35,6 +35,7 @@ from slicewise.spark import classic_env
 from slicewise_dev import source
 from slicewise_dev.airflow_env import VENV_BIN, airflow_env, migrate
 from slicewise_dev.broker import free_ports, running_broker
+from slicewise_dev.producer import Record, TxProducer
 from slicewise_dev.source import Faults
 
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -111,12 +112,22 @@ def workload(name: str, params: dict, work: Path) -> dict:
 
 
 def produce(settings: Settings, start: datetime, n: int) -> dict:
-    """n new events in the hour: ~1 % re-sent ids, ~0.1 % malformed, ~2 % of the
-    transactions aborted (the same stream for every workload, by its seed)."""
-    faults = Faults(
-        duplicate_rate=0.01, aborted_rate=0.02, malformed_rate=0.001, open_transactions=0
-    )
+    """n new events in the hour: ~1 % re-sent ids, ~2 % of the transactions aborted, and
+    0.1 % truncated JSON (the same stream for every workload, by its seed).
+
+    The poison is one kind the baselines' `from_json` turns into nulls; the source's
+    other kinds (an `occurred_at` that is a number) would stop W1's cast, and the
+    baselines keep their code."""
+    faults = Faults(duplicate_rate=0.01, aborted_rate=0.02, malformed_rate=0, open_transactions=0)
     m = source.produce(settings, start, 1, n, faults, PARTITIONS, seed=1, batch=10_000)
+    conf = {"bootstrap.servers": settings.bootstrap_servers}
+    poison = [
+        Record(b'{"event_id": 42', i % PARTITIONS, start + timedelta(seconds=i % 3600))
+        for i in range(n // 1000)
+    ]
+    TxProducer(conf, settings.topic, "bench-poison").send(
+        poison, on_delivered=lambda _r, p, o: m.malformed.add((p, o))
+    )
     committed = len(m.committed_valid) + m.duplicates_sent + len(m.malformed)
     return {
         "committed": committed,
