@@ -23,7 +23,7 @@ from typing import IO
 from sqlalchemy import create_engine, text
 
 from slicewise.connect_server import port_open
-from slicewise_dev.airflow_env import VENV_BIN, end_tree
+from slicewise_dev.airflow_env import VENV_BIN, end_tree, migrate
 from slicewise_dev.broker import free_ports
 
 DAG_ID = "slicewise_pipeline"
@@ -84,7 +84,7 @@ class AirflowServices:
         self.stop()
 
     def start(self, timeout: float = 180) -> None:
-        airflow(self.env, "db", "migrate")
+        migrate(self.env)
         airflow(self.env, "dags", "reserialize")  # no dag-processor: the DAGs are parsed once
         airflow(self.env, "dags", "unpause", DAG_ID)
         self.logs.mkdir(parents=True, exist_ok=True)
