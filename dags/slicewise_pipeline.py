@@ -112,11 +112,16 @@ with DAG(
     )
 
     @task
-    def plan(data_interval_start=None, data_interval_end=None) -> str:
+    def plan(data_interval_start=None, data_interval_end=None, params=None) -> str:
         from slicewise.operators import task_settings
         from slicewise.planner import plan_slice
 
-        sl = plan_slice(task_settings(), data_interval_start, data_interval_end)
+        sl = plan_slice(
+            task_settings(),
+            data_interval_start,
+            data_interval_end,
+            accept_data_loss=bool(params["accept_data_loss"]),
+        )
         print(sl.describe())
         return sl.slice_id
 

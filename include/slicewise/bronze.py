@@ -113,7 +113,7 @@ def _bronze(
     attempt = uuid.uuid4().hex
     metadata = {"step": "bronze", "attempt": attempt, **slice_to_json(sl)}
     if losses:
-        error = DataLossError(sl, losses)
+        error = DataLossError.in_slice(sl, losses)
         if not accept_data_loss:
             raise error
         log.warning("DATA LOSS ACCEPTED by override:\n%s", error)

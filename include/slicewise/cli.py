@@ -123,6 +123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = sub.add_parser("plan", help="freeze the slice of an interval [start, end)")
     plan.add_argument("--start", type=instant, required=True)
     plan.add_argument("--end", type=instant, required=True)
+    plan.add_argument(
+        "--accept-data-loss",
+        action="store_true",
+        help="after a DATA LOSS report: freeze the slice from what Kafka still retains (logged)",
+    )
     status = sub.add_parser("status", help="slices, offsets, steps and counts from the ledger")
     status.add_argument("--json", action="store_true")
     for step in STEPS:
@@ -140,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "plan":
             from slicewise.planner import plan_slice
 
-            sl = plan_slice(settings, args.start, args.end)
+            sl = plan_slice(settings, args.start, args.end, accept_data_loss=args.accept_data_loss)
             print(sl.describe())
         elif args.command == "status":
             ledger = Ledger(settings.ledger_dir, settings.topic)

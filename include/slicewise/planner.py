@@ -10,7 +10,17 @@ from slicewise.faults import fault_point
 from slicewise.holds import StuckTransaction, overdue, track
 from slicewise.kafka.offsets import TopicOffsets
 from slicewise.ledger import Ledger
-from slicewise.slices import Boundary, Slice, check_contiguous, resolve_offset, slice_between, utc
+from slicewise.slices import (
+    Boundary,
+    DataLoss,
+    DataLossError,
+    Slice,
+    check_contiguous,
+    find_loss_before_planning,
+    resolve_offset,
+    slice_between,
+    utc,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +77,34 @@ def watch_holds(settings: Settings, ledger: Ledger, offsets: TopicOffsets, now: 
         )
 
 
+def retention_losses(
+    ledger: Ledger, offsets: TopicOffsets, start: datetime, end: datetime, accept: bool
+) -> list[DataLoss]:
+    """Offsets retention deleted that may belong to [start, end), whose lower boundary is
+    new (a first run, or a backfill of an interval never planned). A slice frozen earlier
+    is covered by bronze's own check; this covers what was gone before any slice owned it.
+    Raises the data-loss report unless `accept`."""
+    before, _ = ledger.neighbours(start)
+    partitions = offsets.partitions()
+    losses = find_loss_before_planning(
+        {p: before.offset(p) for p in partitions} if before else {},
+        offsets.earliest(partitions),
+        offsets.for_time(start, partitions),
+    )
+    if losses:
+        error = DataLossError.before_planning(ledger.topic, start, end, losses)
+        if not accept:
+            raise error
+        log.warning("DATA LOSS ACCEPTED by override:\n%s", error)
+    return losses
+
+
 def plan_slice(
-    settings: Settings, start: datetime, end: datetime, now: datetime | None = None
+    settings: Settings,
+    start: datetime,
+    end: datetime,
+    now: datetime | None = None,
+    accept_data_loss: bool = False,
 ) -> Slice:
     """Freeze and return the slice owned by the interval [start, end).
 
@@ -87,12 +123,18 @@ def plan_slice(
     offsets = TopicOffsets.of(settings)
     if ledger.boundary(end) is None:  # a new slice: not a rerun of a frozen one
         watch_holds(settings, ledger, offsets, now)
+    losses = []
+    if ledger.boundary(start) is None:
+        losses = retention_losses(ledger, offsets, start, end, accept_data_loss)
     lower = resolve_boundary(ledger, offsets, start)
     upper = resolve_boundary(ledger, offsets, end)
     check_contiguous(ledger.boundaries())
     sl = slice_between(lower, upper)
     fault_point("plan.resolved", settings, sl.slice_id)
     ledger.save_slice(sl)
+    if losses:
+        ack = {"losses": [d.__dict__ for d in losses], "found_by": "plan"}
+        ledger.record_step(sl.slice_id, "data_loss_ack", ack)
     ledger.record_step(
         sl.slice_id, "plan", {"ranges": {str(p): list(r) for p, r in sl.ranges.items()}}
     )

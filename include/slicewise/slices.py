@@ -82,13 +82,12 @@ class DataLoss:
 
 
 class DataLossError(RuntimeError):
-    """Kafka no longer retains offsets the slice owns."""
+    """Kafka no longer retains offsets a slice owns, or may have owned."""
 
-    def __init__(self, sl: Slice, losses: list[DataLoss]):
-        self.slice = sl
+    def __init__(self, headline: str, losses: list[DataLoss], step: str):
         self.losses = losses
         lines = [
-            f"DATA LOSS in {sl.describe()}: Kafka no longer retains offsets this slice owns.",
+            f"DATA LOSS {headline}",
             *(
                 f"  partition {d.partition}: offsets [{d.missing_from}, {d.missing_until}) are gone ({d.count} offsets)"
                 for d in losses
@@ -96,10 +95,33 @@ class DataLossError(RuntimeError):
             f"  total: {sum(d.count for d in losses)} offsets across {len(losses)} partition(s).",
             "Safe next step: if the records can be recovered (re-produce them), do that; otherwise "
             "rerun with the data-loss override (DAG param accept_data_loss=true, or "
-            "`slicewise bronze --accept-data-loss`) to ingest what remains. The override is logged "
-            "and recorded in the ledger.",
+            f"`slicewise {step} ... --accept-data-loss`) to go on with what remains. The override "
+            "is logged and recorded in the ledger.",
         ]
         super().__init__("\n".join(lines))
+
+    @classmethod
+    def in_slice(cls, sl: Slice, losses: list[DataLoss]) -> DataLossError:
+        """Retention deleted offsets of a frozen slice before it was ingested."""
+        return cls(
+            f"in {sl.describe()}: Kafka no longer retains offsets this slice owns.",
+            losses,
+            "bronze",
+        )
+
+    @classmethod
+    def before_planning(
+        cls, topic: str, start: datetime, end: datetime, losses: list[DataLoss]
+    ) -> DataLossError:
+        """Retention deleted offsets that may belong to an interval never planned before."""
+        return cls(
+            f"before the interval [{start.isoformat()}, {end.isoformat()}) of {topic} was "
+            "planned: retention deleted records since the previous boundary, and the earliest "
+            "record Kafka still retains is from after the interval's start, so some of the "
+            "deleted ones may have been this interval's. Nothing was frozen.",
+            losses,
+            "plan",
+        )
 
 
 def resolve_offset(at_time: int | None, lso: int, floor: int, ceiling: int | None) -> int:
@@ -153,4 +175,24 @@ def find_data_loss(sl: Slice, earliest: Offsets) -> list[DataLoss]:
         retained = earliest.get(partition, 0)
         if frm < retained and frm < until:
             losses.append(DataLoss(partition, frm, min(retained, until)))
+    return losses
+
+
+def find_loss_before_planning(
+    floor: Offsets, earliest: Offsets, first_at_or_after_start: Mapping[int, int | None]
+) -> list[DataLoss]:
+    """Offsets retention deleted where they may have belonged to an interval whose lower
+    boundary is about to be resolved for the first time.
+
+    A partition lost some when its log start is above the previous boundary (`floor`,
+    0 if none) and its earliest retained record is at or after the interval's start
+    (Kafka's by-time lookup for the start lands on it): then the deleted records just
+    before it may fall in the interval. A partition with no record left cannot be dated
+    and is not reported.
+    """
+    losses = []
+    for partition, retained in sorted(earliest.items()):
+        previous = floor.get(partition, 0)
+        if retained > previous and first_at_or_after_start.get(partition) == retained:
+            losses.append(DataLoss(partition, previous, retained))
     return losses

@@ -109,6 +109,40 @@ def test_retention_gap_fails_with_data_loss_report_and_override_works(
     assert ack["losses"] == [{"partition": 0, "missing_from": frm, "missing_until": frm + 4}]
 
 
+def test_a_backfill_older_than_retention_fails_planning_with_the_data_loss_report(
+    pipeline, kafka_bootstrap
+):
+    settings, producer = pipeline
+    ledger = Ledger(settings.ledger_dir, settings.topic)
+    producer.send([ev(f"old-{i}", 0.1 + i / 10, 0) for i in range(3)])  # hour 0: offsets 0-2
+    producer.send([ev(f"new-{i}", 3.1 + i / 10, 0) for i in range(3)])
+    producer.send([ev(f"p1-{i}", 0.2 + i / 10, 1) for i in range(3)])
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for tp in (TopicPartition(settings.topic, 0, 2), TopicPartition(settings.topic, 1, 1)):
+        admin.delete_records([tp])[tp].result(30)  # retention, before anything was planned
+
+    # Hour 2's deleted neighbours are older than what p0 still retains (an hour-0 record):
+    # nothing of hour 2 can be gone, and its slice is frozen as usual.
+    plan_slice(settings, at(2), at(3), now=LATER)
+    # Hour 0 was never planned, and p0 and p1 now start after its start: offsets 0-1 of p0
+    # and 0 of p1 may have been its records. Refused, naming them, and nothing is frozen.
+    with pytest.raises(DataLossError) as lost:
+        plan_slice(settings, at(0), at(1), now=LATER)
+    assert "before the interval" in str(lost.value)
+    assert "partition 0: offsets [0, 2) are gone (2 offsets)" in str(lost.value)
+    assert "partition 1: offsets [0, 1) are gone (1 offsets)" in str(lost.value)
+    assert ledger.boundary(at(0)) is None
+
+    sl = plan_slice(settings, at(0), at(1), now=LATER, accept_data_loss=True)
+    assert sl.ranges[0][0] == 2 and sl.ranges[1][0] == 1  # from what is retained
+    ack = ledger.step(sl.slice_id, "data_loss_ack")
+    assert ack["found_by"] == "plan" and ack["losses"] == [
+        {"partition": 0, "missing_from": 0, "missing_until": 2},
+        {"partition": 1, "missing_from": 0, "missing_until": 1},
+    ]
+    assert plan_slice(settings, at(0), at(1), now=LATER) == sl  # frozen: no second report
+
+
 def table_exists(spark, settings, name):
     from slicewise.tables import table_exists as exists
 

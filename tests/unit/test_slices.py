@@ -10,6 +10,7 @@ from slicewise.slices import (
     DataLossError,
     check_contiguous,
     find_data_loss,
+    find_loss_before_planning,
     resolve_offset,
     slice_between,
 )
@@ -62,7 +63,7 @@ def test_data_loss_report_names_partitions_and_ranges():
     assert [(d.partition, d.missing_from, d.missing_until, d.count) for d in losses] == [
         (0, 0, 15, 15)
     ]
-    message = str(DataLossError(sl, losses))
+    message = str(DataLossError.in_slice(sl, losses))
     assert "partition 0: offsets [0, 15) are gone (15 offsets)" in message
     assert "accept_data_loss" in message
 
@@ -81,3 +82,17 @@ def test_pendulum_times_from_airflow_are_normalised():
 
     got = utc(pendulum.datetime(2026, 11, 1, 3, tz="Europe/Paris")) + timedelta(seconds=30)
     assert got == datetime(2026, 11, 1, 2, 0, 30, tzinfo=UTC) and got.tzinfo is UTC
+
+
+def test_loss_before_planning_needs_deleted_offsets_and_a_retained_record_after_the_start():
+    floor = {0: 10, 1: 10, 2: 10, 3: 0}
+    earliest = {0: 15, 1: 15, 2: 10, 3: 7}
+    # p0: its earliest record is after the start: offsets 10..15 may have been the interval's.
+    # p1: records before the start are retained, so what was deleted was older than it.
+    # p2: nothing deleted since the previous boundary. p3: no previous boundary, nothing left.
+    at_start = {0: 15, 1: 18, 2: 10, 3: None}
+    losses = find_loss_before_planning(floor, earliest, at_start)
+    assert [(d.partition, d.missing_from, d.missing_until) for d in losses] == [(0, 10, 15)]
+    message = str(DataLossError.before_planning("events", T0, T0 + timedelta(hours=1), losses))
+    assert "partition 0: offsets [10, 15) are gone (5 offsets)" in message
+    assert "Nothing was frozen" in message and "slicewise plan" in message
