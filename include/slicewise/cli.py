@@ -18,9 +18,11 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 
-from slicewise.config import ConfigError, load_settings
+from slicewise.config import ConfigError, Settings, load_settings
+from slicewise.freshness import Freshness, Published, freshness
 from slicewise.holds import Hold
 from slicewise.jobs import STEPS, step_parser
+from slicewise.kafka.offsets import KafkaUnavailable, TopicOffsets
 from slicewise.ledger import STEPS as LEDGER_STEPS
 from slicewise.ledger import Ledger
 
@@ -69,6 +71,25 @@ def status_rows(ledger: Ledger) -> list[dict]:
             }
         )
     return rows
+
+
+def status_freshness(settings: Settings, ledger: Ledger, rows: list[dict]) -> Freshness:
+    """Freshness from the ledger and the topic's LSOs; status still answers when Kafka does not."""
+    try:
+        last_stable = TopicOffsets.of(settings, timeout=5.0).last_stable()
+    except KafkaUnavailable as exc:
+        logging.getLogger(__name__).warning("freshness without the LSOs: %s", exc)
+        last_stable = None
+    published = [
+        Published(
+            r["slice_id"],
+            datetime.fromisoformat(r["interval"][1]),
+            datetime.fromisoformat(r["steps"]["publish"]),
+        )
+        for r in rows
+        if r["steps"]["publish"] != "-"
+    ]
+    return freshness(ledger.boundaries(), last_stable, published)
 
 
 def print_holds(holds: list[Hold], now: datetime) -> None:
@@ -150,11 +171,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "status":
             ledger = Ledger(settings.ledger_dir, settings.topic)
             rows, holds = status_rows(ledger), list(ledger.holds().values())
+            fresh = status_freshness(settings, ledger, rows)
             if args.json:
                 held = [{**asdict(h), "since": h.since.isoformat()} for h in holds]
-                print(json.dumps({"slices": rows, "held_partitions": held}, indent=2))
+                print(
+                    json.dumps(
+                        {"slices": rows, "held_partitions": held, "freshness": fresh.to_json()},
+                        indent=2,
+                    )
+                )
             else:
-                print_holds(holds, datetime.now(UTC))
+                now = datetime.now(UTC)
+                print_holds(holds, now)
+                print("\n".join(fresh.describe(now)))
                 print_status(rows)
         else:
             from slicewise.jobs import run

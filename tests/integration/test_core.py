@@ -418,10 +418,15 @@ def test_an_open_transaction_holding_the_lso_is_reported_then_fails_planning_onc
     for name, value in {
         "SLICEWISE_TOPIC": settings.topic,
         "SLICEWISE_LAKEHOUSE": settings.lakehouse,
+        "SLICEWISE_KAFKA_BOOTSTRAP": kafka_bootstrap,
     }.items():
         monkeypatch.setenv(name, value)
     assert cli.main(["status"]) == 0
-    assert f"HELD partition 1: last stable offset held at {hold.offset}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"HELD partition 1: last stable offset held at {hold.offset}" in out
+    # Freshness: the newest boundary (hour 1) stops at the hold, the records past it wait.
+    assert f"FRESHNESS newest boundary {at(1).isoformat()}" in out
+    assert "offsets behind the LSO: p0 0, p1 0" in out  # the LSO is the hold itself
 
     # Still held at the same offset past SLICEWISE_MAX_OPEN_TRANSACTION_SECONDS (900):
     # the next interval is refused, naming it, and nothing is frozen.
@@ -433,6 +438,9 @@ def test_an_open_transaction_holding_the_lso_is_reported_then_fails_planning_onc
     assert ledger.boundary(at(2)) is None
 
     hung.commit()  # the transaction ends: planning goes on, and the slice takes it all
+    assert cli.main(["status", "--json"]) == 0  # before it does, the records wait behind the LSO
+    behind = json.loads(capsys.readouterr().out)["freshness"]["behind_last_stable"]
+    assert behind["1"] == TopicOffsets.of(settings).last_stable([1])[1] - hold.offset >= 2
     sl = plan_slice(settings, at(1), at(2), now=LATER + timedelta(minutes=17))
     assert ledger.holds() == {}
     first = ledger.load_slice(f"{at(0):%Y%m%dT%H%M%SZ}-{at(1):%Y%m%dT%H%M%SZ}")

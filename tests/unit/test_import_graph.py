@@ -20,6 +20,7 @@ DEV_STACK = INCLUDE / "slicewise_dev"
 # Bottom to top. A new module must be placed here: the test names it until it is.
 LAYERS: list[set[str]] = [
     {"slicewise", "errors", "slices", "holds", "tables", "gate_engine", "kafka"},
+    {"freshness"},
     {"kafka.security"},
     {"config"},
     {"faults", "spark", "kafka.offsets", "ledger", "transforms"},
