@@ -15,7 +15,8 @@ bootstrap: ## create .venv from the lock file and fetch the jars (idempotent)
 demo: bootstrap ## run the main job end to end on the embedded default (local broker, Spark Connect server on local[*], Airflow/SQLite)
 	@$(VENV)/python -m slicewise_dev.demo
 
-test: bootstrap ## run lint and every test (starts the real broker, Spark, Delta, Airflow itself)
+test: bootstrap ## run lint and every test (starts the real broker, Spark, Delta, Airflow, PostgreSQL and Chromium itself)
+	@bash scripts/test_packages.sh
 	@$(VENV)/ruff check .
 	@$(VENV)/python -m pytest
 

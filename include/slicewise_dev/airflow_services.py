@@ -52,6 +52,7 @@ class Run:
     logical_date: datetime
     state: str
     seconds: float | None  # from its start to its end, once it has ended
+    started: datetime | None = None  # its latest start: a rerun moves it
 
 
 class AirflowServices:
@@ -142,7 +143,7 @@ class AirflowServices:
         for at, state, began, ended in rows:
             began, ended = _utc(began), _utc(ended)
             took = (ended - began).total_seconds() if began and ended else None
-            runs[_utc(at)] = Run(_utc(at), str(state), took)
+            runs[_utc(at)] = Run(_utc(at), str(state), took, began)
         return runs, still_open > 0
 
     def backfill(
@@ -164,6 +165,17 @@ class AirflowServices:
             "--from-date", start.isoformat(), "--to-date", (end - timedelta(hours=1)).isoformat(),
             "--reprocess-behavior", reprocess, "--max-active-runs", str(max_active_runs),
         )  # fmt: skip
+        return self.wait_for_backfill(start, end, on_finished, timeout)
+
+    def wait_for_backfill(
+        self,
+        start: datetime,
+        end: datetime,
+        on_finished: Callable[[Run], None] | None = None,
+        timeout: float = 1500,
+    ) -> dict[datetime, Run]:
+        """Wait until the open backfill has completed with a finished run for every hour in
+        [start, end) (however it was created: the CLI, the UI); return those runs."""
         hours = int((end - start) / timedelta(hours=1))
         wanted = [start + timedelta(hours=h) for h in range(hours)]
         told: set[datetime] = set()
