@@ -109,8 +109,8 @@ def test_retention_gap_fails_with_data_loss_report_and_override_works(
     assert ack["losses"] == [{"partition": 0, "missing_from": frm, "missing_until": frm + 4}]
 
 
-def test_a_backfill_older_than_retention_fails_planning_with_the_data_loss_report(
-    pipeline, kafka_bootstrap
+def test_a_backfill_older_than_retention_fails_planning_until_the_data_loss_override(
+    spark, pipeline, kafka_bootstrap
 ):
     settings, producer = pipeline
     ledger = Ledger(settings.ledger_dir, settings.topic)
@@ -141,6 +141,11 @@ def test_a_backfill_older_than_retention_fails_planning_with_the_data_loss_repor
         {"partition": 1, "missing_from": 0, "missing_until": 1},
     ]
     assert plan_slice(settings, at(0), at(1), now=LATER) == sl  # frozen: no second report
+    # ... and the run goes on with what Kafka still retains of the hour.
+    run_bronze(spark, settings, sl.slice_id)
+    run_silver(spark, settings, sl.slice_id)
+    ids = sorted(r.event_id for r in table(spark, settings, "silver").collect())
+    assert ids == ["old-2", "p1-1", "p1-2"]
 
 
 def table_exists(spark, settings, name):
