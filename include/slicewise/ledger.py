@@ -1,66 +1,28 @@
 """The offset ledger: boundaries and slices, stored with the lakehouse.
 
-Plain JSON files under `<lakehouse>/_ledger/<topic>/` (or SLICEWISE_LEDGER_DIR),
-readable by Airflow workers (which plan) and Spark drivers (which read slices) alike. A boundary
-file is published with a hard link, which fails if the name exists: two
-resolvers racing on one boundary both end up with the first one's answer, and a
-stored boundary is never rewritten.
-
-Object stores need a conditional put for the same guarantee; until a store for
-them exists the ledger refuses non-local locations: with the tables on s3a:// or
-abfss://, put the ledger on a shared mount (docs/DEPLOYING.md).
+Plain JSON objects under `<lakehouse>/_ledger/<topic>/` (or SLICEWISE_LEDGER_DIR),
+on local or mounted disk or on the object store the tables use, readable by
+Airflow workers (which plan) and Spark drivers (which read slices) alike. A
+boundary is written with a create that fails if the name exists (a hard link on
+disk, a conditional put on an object store): two resolvers racing on one boundary
+both end up with the first one's answer, and a stored boundary is never rewritten.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from slicewise.config import ConfigError
 from slicewise.holds import Hold
 from slicewise.slices import Boundary, Slice, stamp
+from slicewise.store import open_store
 
 STEPS = ("plan", "bronze", "silver", "gate", "publish")
 
 
-def _local_path(location: str) -> Path:
-    if location.startswith("file:"):
-        location = location[len("file:") :]
-        location = "/" + location.lstrip("/")
-    if "://" in location:
-        raise ConfigError(
-            f"the offset ledger needs a local or mounted (NFS, EFS) path, not {location}: "
-            "set SLICEWISE_LEDGER_DIR to one that every Airflow worker and Spark driver "
-            "mounts (the Delta tables may stay on the object store)."
-        )
-    return Path(location)
-
-
-def _write_new(path: Path, payload: dict[str, Any]) -> bool:
-    """Create `path` atomically; False (and no change) if it already exists."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        json.dump(payload, tmp, indent=2, sort_keys=True)
-        tmp.flush()
-        os.fsync(tmp.fileno())
-    try:
-        os.link(tmp.name, path)
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        os.unlink(tmp.name)
-
-
-def _replace(path: Path, payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        json.dump(payload, tmp, indent=2, sort_keys=True, default=str)
-    os.replace(tmp.name, path)
+def _dump(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, indent=2, sort_keys=True, default=str).encode()
 
 
 def _boundary_to_json(b: Boundary) -> dict[str, Any]:
@@ -103,24 +65,28 @@ def slice_from_json(d: dict[str, Any]) -> Slice:
 class Ledger:
     def __init__(self, location: str, topic: str):
         self.topic = topic
-        self.root = _local_path(location) / topic
+        self.store = open_store(location.rstrip("/") + "/" + topic)
+
+    def _read(self, key: str) -> Any:
+        data = self.store.read(key)
+        return None if data is None else json.loads(data)
 
     # -- boundaries -------------------------------------------------------
-    def _boundary_path(self, at: datetime) -> Path:
-        return self.root / "boundaries" / f"{stamp(at)}.json"
+    @staticmethod
+    def _boundary_key(at: datetime) -> str:
+        return f"boundaries/{stamp(at)}.json"
 
     def boundary(self, at: datetime) -> Boundary | None:
-        path = self._boundary_path(at)
-        return _boundary_from_json(json.loads(path.read_text())) if path.exists() else None
+        found = self._read(self._boundary_key(at))
+        return None if found is None else _boundary_from_json(found)
 
     def boundaries(self) -> list[Boundary]:
-        folder = self.root / "boundaries"
-        files = sorted(folder.glob("*.json")) if folder.exists() else []
-        return [_boundary_from_json(json.loads(f.read_text())) for f in files]
+        keys = [k for k in self.store.keys("boundaries") if k.endswith(".json")]
+        return [_boundary_from_json(json.loads(self.store.read(k) or b"")) for k in sorted(keys)]
 
     def put_boundary(self, b: Boundary) -> Boundary:
         """Store `b` unless a boundary for that time exists; return the stored one."""
-        _write_new(self._boundary_path(b.at), _boundary_to_json(b))
+        self.store.create(self._boundary_key(b.at), _dump(_boundary_to_json(b)))
         stored = self.boundary(b.at)
         assert stored is not None
         return stored
@@ -137,12 +103,10 @@ class Ledger:
 
     # -- partitions an open transaction holds back ---------------------------
     def holds(self) -> dict[int, Hold]:
-        path = self.root / "holds.json"
-        if not path.exists():
-            return {}
+        found = self._read("holds.json") or {}
         return {
             int(p): Hold(int(p), h["offset"], h["waiting"], datetime.fromisoformat(h["since"]))
-            for p, h in json.loads(path.read_text()).items()
+            for p, h in found.items()
         }
 
     def save_holds(self, holds: dict[int, Hold]) -> None:
@@ -155,40 +119,33 @@ class Ledger:
             }
             for h in holds.values()
         }
-        _replace(self.root / "holds.json", payload)
+        self.store.replace("holds.json", _dump(payload))
 
     # -- slices and their steps --------------------------------------------
-    def _slice_dir(self, slice_id: str) -> Path:
-        return self.root / "slices" / slice_id
-
     def save_slice(self, sl: Slice) -> None:
-        path = self._slice_dir(sl.slice_id) / "slice.json"
-        if not _write_new(path, slice_to_json(sl)) and self.load_slice(sl.slice_id) != sl:
+        created = self.store.create(f"slices/{sl.slice_id}/slice.json", _dump(slice_to_json(sl)))
+        if not created and self.load_slice(sl.slice_id) != sl:
             raise RuntimeError(
                 f"ledger already holds a different {sl.slice_id}; boundaries changed?"
             )
 
     def load_slice(self, slice_id: str) -> Slice:
-        path = self._slice_dir(slice_id) / "slice.json"
-        if not path.exists():
+        found = self._read(f"slices/{slice_id}/slice.json")
+        if found is None:
             raise LookupError(
-                f"slice {slice_id} is not in the ledger at {self.root}; run the plan step for its "
-                "interval first (`slicewise plan --start ... --end ...`)."
+                f"slice {slice_id} is not in the ledger at {self.store}; run the plan step for "
+                "its interval first (`slicewise plan --start ... --end ...`)."
             )
-        return slice_from_json(json.loads(path.read_text()))
+        return slice_from_json(found)
 
     def slices(self) -> list[Slice]:
-        folder = self.root / "slices"
-        files = sorted(folder.glob("*/slice.json")) if folder.exists() else []
-        return [slice_from_json(json.loads(f.read_text())) for f in files]
+        keys = [k for k in self.store.keys("slices") if k.endswith("/slice.json")]
+        return [slice_from_json(json.loads(self.store.read(k) or b"")) for k in sorted(keys)]
 
     def record_step(self, slice_id: str, step: str, info: dict[str, Any]) -> None:
         """Latest outcome of a step, for `slicewise status`; Delta stays the source of truth."""
-        _replace(
-            self._slice_dir(slice_id) / f"{step}.json",
-            {"step": step, "recorded_at": datetime.now(UTC).isoformat(), **info},
-        )
+        payload = {"step": step, "recorded_at": datetime.now(UTC).isoformat(), **info}
+        self.store.replace(f"slices/{slice_id}/{step}.json", _dump(payload))
 
     def step(self, slice_id: str, step: str) -> dict[str, Any] | None:
-        path = self._slice_dir(slice_id) / f"{step}.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        return self._read(f"slices/{slice_id}/{step}.json")

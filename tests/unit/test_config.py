@@ -44,9 +44,14 @@ def test_the_ledger_lives_with_the_tables_unless_placed_elsewhere(tmp_path):
     assert (placed.table("silver"), placed.ledger_dir) == ("s3a://b/lh/silver", "/mnt/l")
 
 
-def test_a_ledger_on_an_object_store_is_refused_with_what_to_set():
+def test_the_ledger_follows_the_tables_onto_an_object_store_and_refuses_other_schemes():
     from slicewise.ledger import Ledger
+    from slicewise.store import LocalFolder, ObjectStore
 
     settings = load_settings({"SLICEWISE_LAKEHOUSE": "s3a://bucket/lakehouse"})
+    ledger = Ledger(settings.ledger_dir, settings.topic)
+    assert isinstance(ledger.store, ObjectStore)
+    assert str(ledger.store) == "s3a://bucket/lakehouse/_ledger/events"
+    assert isinstance(Ledger("file:///data/lh/_ledger", "events").store, LocalFolder)
     with pytest.raises(ConfigError, match="set SLICEWISE_LEDGER_DIR"):
-        Ledger(settings.ledger_dir, settings.topic)
+        Ledger("hdfs://namenode/lakehouse/_ledger", settings.topic)

@@ -23,6 +23,7 @@ LAYERS: list[set[str]] = [
     {"freshness"},
     {"kafka.security"},
     {"config"},
+    {"store"},
     {"faults", "spark", "kafka.offsets", "ledger", "transforms"},
     {"planner"},  # the data path, in its order
     {"bronze"},
