@@ -1,0 +1,117 @@
+"""A local S3-compatible server for the tests: s3proxy from Maven Central.
+
+Its `filesystem-nio2` backend keeps objects as files under the state folder and
+checks `If-None-Match: *` atomically, which the ledger's first-writer-wins
+create needs (moto's server checks it without a lock). A bucket is a folder of
+that backend, so creating one is a mkdir.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from slicewise.connect_server import port_open
+from slicewise_dev.broker import free_ports
+
+S3PROXY_VERSION = "4.1.0"
+ARTIFACT = f"org.gaul:s3proxy:{S3PROXY_VERSION}:jar:jar-with-dependencies"
+
+
+def s3proxy_jar(cache_dir: Path) -> Path:
+    """The server's jar, copied out of Maven Central once."""
+    jar = cache_dir / f"s3proxy-{S3PROXY_VERSION}" / "s3proxy.jar"
+    if jar.is_file():
+        return jar
+    if shutil.which("mvn") is None:
+        raise RuntimeError("Maven (`mvn`) is needed once to fetch s3proxy; apt-get install maven")
+    jar.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="s3proxy-", dir=jar.parent))
+    try:
+        subprocess.run(
+            ["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={ARTIFACT}",
+             f"-DoutputDirectory={scratch}"],
+            check=True,
+        )  # fmt: skip
+        (fetched,) = scratch.glob("*.jar")
+        fetched.rename(jar)  # whole, or not at all
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return jar
+
+
+class LocalS3:
+    """s3proxy on a free loopback port, objects under `state_dir`; a context manager."""
+
+    access_key = "slicewise-test"
+    secret_key = "slicewise-test-secret"
+    region = "us-east-1"
+
+    def __init__(self, state_dir: Path, cache_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.cache_dir = cache_dir
+        (self.port,) = free_ports(1)
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> LocalS3:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a client needs, in the variables AWS SDKs, obstore and our Spark conf read."""
+        return {
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": self.region,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ALLOW_HTTP": "true",
+        }
+
+    def create_bucket(self, name: str) -> str:
+        (self.state_dir / "objects" / name).mkdir(parents=True, exist_ok=True)
+        return name
+
+    def start(self, timeout: float = 60) -> None:
+        jar = s3proxy_jar(self.cache_dir)
+        objects = self.state_dir / "objects"
+        objects.mkdir(parents=True, exist_ok=True)
+        conf = self.state_dir / "s3proxy.conf"
+        conf.write_text(
+            f"s3proxy.endpoint={self.endpoint}\n"
+            "s3proxy.authorization=aws-v2-or-v4\n"
+            f"s3proxy.identity={self.access_key}\n"
+            f"s3proxy.credential={self.secret_key}\n"
+            "jclouds.provider=filesystem-nio2\n"
+            f"jclouds.filesystem.basedir={objects}\n"
+        )
+        log = (self.state_dir / "s3proxy.log").open("w")
+        self._proc = subprocess.Popen(
+            ["java", "-jar", str(jar), "--properties", str(conf)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while not port_open(self.port):
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"s3proxy did not start; see {self.state_dir / 's3proxy.log'}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
