@@ -140,6 +140,14 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             f"or unset it to use the embedded broker at {LOCAL_BOOTSTRAP}."
         )
     lakehouse = env.get("SLICEWISE_LAKEHOUSE", "").strip() or str(state_dir / "lakehouse")
+    if spark_mode(env) == "submit" and lakehouse.startswith(("s3a://", "s3://")):
+        raise ConfigError(
+            f"SLICEWISE_SPARK_MODE=submit with SLICEWISE_LAKEHOUSE={lakehouse}: every "
+            "spark-submit is a Delta writer of its own, and Delta's default S3 log store is "
+            "safe with one writing driver only (two attempts of a step could both commit). "
+            "Use SLICEWISE_SPARK_MODE=connect, where one Spark Connect server writes for every "
+            "task, or a lakehouse on GCS, ADLS or HDFS (docs/DEPLOYING.md#object-storage)."
+        )
     settings = Settings(
         bootstrap_servers=bootstrap,
         topic=topic,

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slicewise.config import Settings, load_settings
-from slicewise.spark import classic_env, local_conf, spark_conf
+from slicewise.spark import classic_env, local_conf, object_store_secrets, spark_conf
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -59,9 +59,17 @@ def server_conf(port: int, master: str, bind: str = "127.0.0.1") -> dict[str, st
 
 
 def server_command(
-    port: int, master: str, bind: str = "127.0.0.1", driver_memory: str = "3g"
+    port: int,
+    master: str,
+    bind: str = "127.0.0.1",
+    driver_memory: str = "3g",
+    secrets: Path | None = None,
 ) -> list[str]:
+    """`secrets`: a properties file (mode 0600) with settings that must not show on a
+    command line, where every local user can read them."""
     args = [str(SPARK_SUBMIT), "--master", master, "--driver-memory", driver_memory]
+    if secrets is not None:
+        args += ["--properties-file", str(secrets)]
     for key, value in server_conf(port, master, bind).items():
         args += ["--conf", f"{key}={value}"]
     return [*args, "--class", SERVER_CLASS, "--name", "slicewise-connect", "spark-internal"]
@@ -112,6 +120,20 @@ class SparkConnectServer:
     def pid_path(self) -> Path:
         return self.home / "server.pid"
 
+    def _write_secrets(self) -> Path | None:
+        """The object store's credentials for the executors, readable by this user only."""
+        secrets = object_store_secrets()
+        if not secrets:
+            return None
+        path = self.home / "secrets.properties"
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.writelines(
+                f"{key} {value.replace(chr(92), chr(92) * 2)}\n" for key, value in secrets.items()
+            )  # a Java properties file: a backslash escapes
+        return path
+
     def start(self, timeout: float = 180.0) -> None:
         """Start the server and wait until it accepts sessions; a no-op if ours runs."""
         if self.running():
@@ -127,9 +149,10 @@ class SparkConnectServer:
             "SPARK_LOCAL_IP": "127.0.0.1",
             "PYSPARK_PYTHON": sys.executable,
         }
+        secrets = self._write_secrets()
         with open(self.log_path, "w") as log:
             self._proc = subprocess.Popen(
-                server_command(self.port, self.master, self.bind),
+                server_command(self.port, self.master, self.bind, secrets=secrets),
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import time
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,7 +91,38 @@ def package_zip(settings: Settings | None = None) -> Path:
 
 def spark_conf(settings: Settings | None = None) -> dict[str, str]:
     """Spark settings every session of ours needs; also handed to `spark-submit`."""
-    return {"spark.jars": jars_arg(settings), **static_conf()}
+    return {"spark.jars": jars_arg(settings), **static_conf(), **object_store_conf()}
+
+
+def object_store_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """s3a's endpoint and region from the variables AWS SDKs read (`AWS_ENDPOINT_URL`,
+    `AWS_ENDPOINT_URL_S3`, `AWS_REGION`), so Spark and the ledger find the same store.
+    Credentials are not here: see `object_store_secrets`."""
+    env = os.environ if env is None else env
+    conf = {}
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    if endpoint:  # an S3-compatible server (MinIO, s3proxy, Ceph): bucket in the path
+        conf["spark.hadoop.fs.s3a.endpoint"] = endpoint
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(endpoint.startswith("https"))
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if region:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = region
+    return conf
+
+
+def object_store_secrets(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Static S3 credentials from the environment, for a driver whose executors do not
+    share its environment (a cluster). Spark redacts these keys in its UI and logs
+    (`spark.redaction.regex`); we hand them over in a file, never on a command line.
+    Empty with instance roles or web identity: s3a's default chain finds those itself."""
+    env = os.environ if env is None else env
+    keys = {
+        "AWS_ACCESS_KEY_ID": "spark.hadoop.fs.s3a.access.key",
+        "AWS_SECRET_ACCESS_KEY": "spark.hadoop.fs.s3a.secret.key",
+        "AWS_SESSION_TOKEN": "spark.hadoop.fs.s3a.session.token",
+    }
+    return {conf: env[var] for var, conf in keys.items() if env.get(var)}
 
 
 def static_conf() -> dict[str, str]:

@@ -31,6 +31,10 @@ def test_kafka_properties_reach_the_python_clients_as_given():
         ({"SLICEWISE_GRACE_SECONDS": "-5"}, "SLICEWISE_GRACE_SECONDS=-5 is below 0"),
         ({"SLICEWISE_TOPIC": "  "}, "SLICEWISE_TOPIC is blank"),
         ({"SLICEWISE_KAFKA_BOOTSTRAP": "kafka"}, "has no port"),
+        (
+            {"SLICEWISE_SPARK_MODE": "submit", "SLICEWISE_LAKEHOUSE": "s3a://b/lh"},
+            "safe with one writing driver only",
+        ),
     ],
 )
 def test_bad_configuration_fails_fast_with_what_to_change(env, message):
@@ -55,3 +59,38 @@ def test_the_ledger_follows_the_tables_onto_an_object_store_and_refuses_other_sc
     assert isinstance(Ledger("file:///data/lh/_ledger", "events").store, LocalFolder)
     with pytest.raises(ConfigError, match="set SLICEWISE_LEDGER_DIR"):
         Ledger("hdfs://namenode/lakehouse/_ledger", settings.topic)
+
+
+def test_spark_finds_the_ledgers_object_store_and_its_credentials_stay_off_the_command_line(
+    tmp_path, monkeypatch
+):
+    from slicewise.connect_server import SparkConnectServer, server_command
+    from slicewise.spark import object_store_conf, object_store_secrets
+
+    env = {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "AWS_REGION": "eu-west-1",
+        "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+        "AWS_SECRET_ACCESS_KEY": "wJalr/K7MDENG+bPxRfiCY=",
+    }
+    assert object_store_conf(env) == {
+        "spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9000",
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "False",
+        "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1",
+    }
+    assert object_store_conf({}) == {} and object_store_secrets({}) == {}
+    secrets = object_store_secrets(env)
+    assert secrets["spark.hadoop.fs.s3a.secret.key"] == env["AWS_SECRET_ACCESS_KEY"]
+
+    server = SparkConnectServer(tmp_path / "server")
+    server.home.mkdir()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    path = server._write_secrets()
+    assert path is not None and oct(path.stat().st_mode & 0o777) == "0o600"
+    assert "wJalr/K7MDENG+bPxRfiCY=" in path.read_text()
+    command = " ".join(server_command(15002, "local[*]", secrets=path))
+    assert (
+        "--properties-file" in command and "wJalr" not in command and "AKIDEXAMPLE" not in command
+    )
