@@ -35,6 +35,7 @@ from slicewise.config import load_settings
 from slicewise.connect_server import SparkConnectServer, connect_connection
 from slicewise.spark import remote_session
 from slicewise_dev.broker import free_ports, running_broker
+from slicewise_dev.s3 import LocalS3
 
 
 @pytest.fixture(scope="session")
@@ -84,11 +85,30 @@ def new_topic(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Iterator[
 
 
 @pytest.fixture(scope="session")
-def spark_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def local_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
+    """s3proxy (filesystem-nio2 backend) on a free port: the tests' object store. Its
+    endpoint and credentials go into the environment, in the variables AWS SDKs read,
+    so the ledger (obstore), the Spark Connect servers and Airflow's tasks all find it."""
+    with LocalS3(tmp_path_factory.mktemp("s3"), load_settings().cache_dir) as server:
+        before = {name: os.environ.get(name) for name in server.env}
+        os.environ.update(server.env)
+        try:
+            yield server
+        finally:
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+@pytest.fixture(scope="session")
+def spark_remote(tmp_path_factory: pytest.TempPathFactory, local_s3: LocalS3) -> Iterator[str]:
     """sc:// URL of the one Spark Connect server the whole run shares: ours, on a free
     port (Delta + Kafka connector, UI off, 2 shuffle partitions), or an external one
     named by SLICEWISE_SPARK_REMOTE. Set in the environment, so steps run through the
-    CLI, Airflow tasks and the chaos suite's subprocesses are its clients too."""
+    CLI, Airflow tasks and the chaos suite's subprocesses are its clients too. It starts
+    after the tests' S3 server, with its endpoint and credentials, so s3a:// tables work."""
     external = os.environ.get("SLICEWISE_SPARK_REMOTE", "").strip()
     if external:
         yield external

@@ -15,7 +15,7 @@ import pytest
 from slicewise.config import Settings, load_settings
 from slicewise_dev.broker import free_ports
 from slicewise_dev.producer import TxProducer
-from slicewise_dev.s3 import LocalS3
+from slicewise_dev.s3 import LocalS3  # noqa: TC001 - a fixture's type
 from slicewise_dev.spark_cluster import LocalSparkCluster
 
 
@@ -111,19 +111,8 @@ def postgres_url() -> Iterator[str]:
         shutil.rmtree(home, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def local_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
-    """s3proxy (filesystem-nio2 backend) on a free port: the object store of the tests."""
-    with LocalS3(tmp_path_factory.mktemp("s3"), load_settings().cache_dir) as server:
-        yield server
-
-
 @pytest.fixture
-def s3_lakehouse(
-    local_s3: LocalS3, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
-) -> str:
-    """A fresh bucket's lakehouse URL, with this process's credentials set for it."""
-    for name, value in local_s3.env.items():
-        monkeypatch.setenv(name, value)
+def s3_lakehouse(local_s3: LocalS3, request: pytest.FixtureRequest) -> str:
+    """A lakehouse URL in a fresh bucket of the tests' S3 server."""
     bucket = local_s3.create_bucket(f"lake-{abs(hash(request.node.nodeid)) % 10**8}")
     return f"s3a://{bucket}/lakehouse"

@@ -268,10 +268,18 @@ def test_every_malformed_kind_is_quarantined_and_counts_reconcile(spark, pipelin
     assert (q.topic, q.value, q.slice_id) == (settings.topic, b"{not json", sl.slice_id)
 
 
-def test_concurrent_attempts_of_one_slice_commit_once(spark, spark_remote, pipeline):
+@pytest.fixture(params=["local-disk", "object-store"])
+def on_any_store(request, pipeline_factory):
+    """A pipeline whose lakehouse and ledger are on local disk, or in an S3 bucket."""
+    if request.param == "object-store":
+        return pipeline_factory(SLICEWISE_LAKEHOUSE=request.getfixturevalue("s3_lakehouse"))
+    return pipeline_factory()
+
+
+def test_concurrent_attempts_of_one_slice_commit_once(spark, spark_remote, on_any_store):
     """A zombie attempt and its retry race, as two client sessions of one server;
     the tables end as if one ran."""
-    settings, producer = pipeline
+    settings, producer = on_any_store
     producer.send([ev(f"z-{i}", 0.1 + i / 1000, i % 3) for i in range(300)])
     sl = plan_slice(settings, at(0), at(1), now=LATER)
     assert all(until - frm == 101 for frm, until in sl.ranges.values()), sl.describe()  # + marker

@@ -1,7 +1,9 @@
 """Production-shaped: the same DAG, by configuration alone, run by a real scheduler
 (LocalExecutor), triggerer and api-server with the metadata DB on PostgreSQL, its Spark
-steps clients of a Spark Connect server that drives a real standalone cluster, and
-backfills created with `airflow backfill create` (what the UI's backfill form does)."""
+steps clients of a Spark Connect server that drives a real standalone cluster, the
+tables and the ledger in one bucket of an S3-compatible server (no path shared by the
+Airflow worker and the executors), and backfills created with `airflow backfill create`
+(what the UI's backfill form does)."""
 
 from __future__ import annotations
 
@@ -35,10 +37,16 @@ def cluster_server(spark_cluster, tmp_path) -> Iterator[SparkConnectServer]:
 
 
 @pytest.fixture
-def deployment(pipeline, cluster_server, postgres_url, tmp_path) -> Iterator[AirflowServices]:
+def on_s3(pipeline_factory, s3_lakehouse):
+    """Tables and ledger in a bucket: SLICEWISE_LAKEHOUSE=s3a://<bucket>/lakehouse."""
+    return pipeline_factory(SLICEWISE_LAKEHOUSE=s3_lakehouse)
+
+
+@pytest.fixture
+def deployment(on_s3, cluster_server, postgres_url, tmp_path) -> Iterator[AirflowServices]:
     """api-server + scheduler + triggerer on PostgreSQL; spark_connect_default names the
     server that drives the cluster."""
-    settings, _ = pipeline
+    settings, _ = on_s3
     env = {
         # Nothing but configuration differs from the embedded default.
         **airflow_env(settings),
@@ -69,10 +77,11 @@ def slice_rows(spark, settings, slice_id: str) -> dict[str, list[tuple]]:
     }
 
 
-def test_backfills_on_a_spark_cluster_with_airflow_on_postgres_are_exact_and_rerun_safely(
-    spark, pipeline, spark_cluster, deployment
+def test_backfills_on_a_spark_cluster_with_airflow_on_postgres_and_tables_on_s3_are_exact(
+    spark, on_s3, spark_cluster, deployment
 ):
-    settings, producer = pipeline
+    settings, producer = on_s3
+    assert settings.lakehouse.startswith("s3a://") and settings.ledger_dir.startswith("s3a://")
     start = (datetime.now(UTC) - timedelta(hours=4)).replace(minute=0, second=0, microsecond=0)
     hour_2 = start + timedelta(hours=1)
     produce_hour(producer, start)
@@ -108,6 +117,9 @@ def test_backfills_on_a_spark_cluster_with_airflow_on_postgres_are_exact_and_rer
     assert [a["name"] for a in state["activeapps"]] == ["slicewise-connect"], state
     assert state["activeapps"][0]["cores"] > 0, state
     assert spark_cluster.completed_apps() == [], state
+    # Nothing of the pipeline's on local disk: tables and ledger are objects in the bucket.
+    assert not (settings.state_dir / "lakehouse").exists()
+    assert any(k.startswith("boundaries/") for k in ledger.store.keys("boundaries"))
 
 
 def test_executors_import_the_drivers_slicewise_from_the_shipped_zip(spark_cluster, tmp_path):
