@@ -78,7 +78,7 @@ def slice_rows(spark, settings, slice_id: str) -> dict[str, list[tuple]]:
 
 
 def test_backfills_on_a_spark_cluster_with_airflow_on_postgres_and_tables_on_s3_are_exact(
-    spark, on_s3, spark_cluster, deployment
+    spark, on_s3, spark_cluster, deployment, local_s3, tmp_path
 ):
     settings, producer = on_s3
     assert settings.lakehouse.startswith("s3a://") and settings.ledger_dir.startswith("s3a://")
@@ -120,6 +120,15 @@ def test_backfills_on_a_spark_cluster_with_airflow_on_postgres_and_tables_on_s3_
     # Nothing of the pipeline's on local disk: tables and ledger are objects in the bucket.
     assert not (settings.state_dir / "lakehouse").exists()
     assert any(k.startswith("boundaries/") for k in ledger.store.keys("boundaries"))
+    # The secret key reached the executors, yet no log of Airflow, the server or the
+    # cluster holds it: only the server's 0600 credentials file does.
+    logs = [p for root in (tmp_path, spark_cluster.home) for p in root.rglob("*") if p.is_file()]
+    leaked = [
+        p
+        for p in logs
+        if p.name != "secrets.properties" and local_s3.secret_key in p.read_text(errors="replace")
+    ]
+    assert len(logs) > 10 and leaked == [], leaked
 
 
 def test_executors_import_the_drivers_slicewise_from_the_shipped_zip(spark_cluster, tmp_path):
