@@ -13,6 +13,7 @@ login/password = SASL credentials, extra = librdkafka properties; see
 `slicewise.kafka.security.env_from_connection`). It is read when a task runs,
 never while the DAG is parsed, and reaches Spark as environment variables or
 settings, not as templates, so credentials never show among a task's rendered fields.
+SLICEWISE_AWS_CONN_ID does the same for the object store of the lakehouse and ledger.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
 
 KAFKA_CONN_ID_ENV = "SLICEWISE_KAFKA_CONN_ID"
+AWS_CONN_ID_ENV = "SLICEWISE_AWS_CONN_ID"
 log = logging.getLogger(__name__)
 
 
@@ -41,10 +43,37 @@ def kafka_connection_env() -> dict[str, str]:
     return env_from_connection(BaseHook.get_connection(conn_id))
 
 
+def store_connection_env() -> dict[str, str]:
+    """AWS_* variables from the connection named by SLICEWISE_AWS_CONN_ID (an Amazon
+    provider `aws` connection: login = access key id, password = secret access key,
+    extra `region_name`, `endpoint_url`, `aws_session_token`); {} when none is set."""
+    conn_id = os.environ.get(AWS_CONN_ID_ENV, "").strip()
+    if not conn_id:
+        return {}
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(conn_id)
+    extra = dict(conn.extra_dejson or {})
+    env = {
+        "AWS_ACCESS_KEY_ID": conn.login,
+        "AWS_SECRET_ACCESS_KEY": conn.password,
+        "AWS_SESSION_TOKEN": extra.get("aws_session_token"),
+        "AWS_REGION": extra.get("region_name"),
+        "AWS_ENDPOINT_URL": extra.get("endpoint_url"),
+    }
+    if str(extra.get("endpoint_url", "")).startswith("http://"):
+        env["AWS_ALLOW_HTTP"] = "true"
+    return {name: str(value) for name, value in env.items() if value}
+
+
 def task_settings():
-    """Settings for code running in an Airflow task: environment, then the Kafka connection."""
+    """Settings for code running in an Airflow task: environment, then the Kafka
+    connection; and the object store's connection, if one is named, in the process
+    environment, where the ledger's store client reads credentials (they are never
+    logged or rendered)."""
     from slicewise.config import load_settings
 
+    os.environ.update(store_connection_env())
     return load_settings({**os.environ, **kafka_connection_env()})
 
 

@@ -88,3 +88,33 @@ def test_concurrent_planners_on_the_object_store_freeze_one_contiguous_slice_per
     assert owned == {p: last.get(p, 0) - boundaries[0].offset(p) for p in range(3)}
     assert sum(owned.values()) >= 40
     assert not (settings.state_dir / "lakehouse").exists()  # nothing on local disk
+
+
+def test_the_ledgers_credentials_can_come_from_an_airflow_connection(
+    pipeline_factory, s3_lakehouse, local_s3, monkeypatch
+):
+    from slicewise.operators import task_settings
+
+    settings, _ = pipeline_factory(SLICEWISE_LAKEHOUSE=s3_lakehouse)
+    for name in local_s3.env:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SLICEWISE_LAKEHOUSE", s3_lakehouse)
+    monkeypatch.setenv("SLICEWISE_TOPIC", settings.topic)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LAKE_S3",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": local_s3.access_key,
+                "password": local_s3.secret_key,
+                "extra": {"region_name": local_s3.region, "endpoint_url": local_s3.endpoint},
+            }
+        ),
+    )
+    monkeypatch.setenv("SLICEWISE_AWS_CONN_ID", "lake_s3")
+    assert "AWS_ENDPOINT_URL" not in os.environ  # only the connection knows the store
+    task = task_settings()
+    assert os.environ["AWS_SECRET_ACCESS_KEY"] == local_s3.secret_key
+    ledger = Ledger(task.ledger_dir, task.topic)
+    stored = ledger.put_boundary(Boundary(task.topic, T0, {0: 1}, datetime.now(UTC)))
+    assert ledger.boundaries() == [stored]
