@@ -180,12 +180,15 @@ def is_commit_conflict(exc: BaseException) -> bool:
     )
 
 
-def retry_on_conflict(step: Callable[[], T], what: str, attempts: int = 3) -> T:
+def retry_on_conflict(step: Callable[[], T], what: str, attempts: int = 6) -> T:
     """Run a step that is idempotent per slice, again if a concurrent writer won.
 
     Two attempts of one slice (a zombie driver and its retry) race on the same
     Delta commit; Delta lets exactly one win. The loser re-runs the step, which
     then finds the winner's commit (same idempotent-write id) and does nothing.
+    Racers in lockstep can meet again at the step's next commit (silver creates its
+    table, appends quarantine, then merges): every lost race means the other side
+    committed, so the attempts are bounded by the step's commits, and 6 covers them.
     """
     for attempt in range(1, attempts + 1):
         try:
