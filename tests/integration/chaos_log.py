@@ -102,11 +102,14 @@ def code_version(recorded: str, root: Path = ROOT) -> str:
     return (found or head) + plus + changes  # unknown commit: as recorded
 
 
-def append(path: Path, run: Row, seed: int, seconds: float, error: str | None) -> None:
+def append(
+    path: Path, run: Row, seed: int, seconds: float, error: str | None, store: str = "local"
+) -> None:
     """One run as one line; appending keeps earlier runs even if this session is cut off."""
     line = {
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "commit": commit(),
+        "store": store,  # where the lakehouse and the ledger were: local disk, or s3
         "seed": seed,
         "seconds": round(seconds, 1),
         "error": error,
@@ -135,10 +138,13 @@ def main(argv: list[str]) -> int:
     print(render(rows))
     hours = sum(r["seconds"] for r in records) / 3600
     versions = Counter(code_version(r["commit"]) for r in records)
+    stores = Counter(r.get("store", "local") for r in records)
     print(
         f"\n{len(records)} runs recorded {records[0]['at']} .. {records[-1]['at']}, "
         f"{hours:.1f} hours; runs per version of the exercised code: "
         + ", ".join(f"{version} {n}" for version, n in versions.items())
+        + "; per store: "
+        + ", ".join(f"{store} {n}" for store, n in stores.items())
     )
     for r in records:
         if r["error"]:

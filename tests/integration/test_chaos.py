@@ -15,6 +15,7 @@ passed) and gold counts every silver row once.
     make chaos                       # SLICEWISE_CHAOS_RUNS=20 runs per scenario, recorded
     SLICEWISE_CHAOS_RUNS=3 SLICEWISE_CHAOS_SCENARIOS=zombie,mixed make chaos
     SLICEWISE_CHAOS_SEED=1234 ...    # replay a failed run's choices (its seed is in the failure)
+    SLICEWISE_CHAOS_STORE=s3 ...     # lakehouse and ledger in a bucket of the tests' s3proxy
     make chaos-report                # the table of every run recorded so far (chaos_log.py)
 
 `make test` (and so CI) runs one run of the mixed scenario (a random strike per step),
@@ -48,6 +49,7 @@ from slicewise_dev.source import Faults, Manifest, produce
 pytestmark = pytest.mark.integration
 
 RUNS = int(os.environ.get("SLICEWISE_CHAOS_RUNS", "1"))
+STORE = os.environ.get("SLICEWISE_CHAOS_STORE", "local")  # or "s3": the tests' S3 server
 KILLED = -signal.SIGKILL  # Popen.returncode of a process that died of SIGKILL
 FAULTS = Faults(duplicate_rate=0.05, aborted_rate=0.1, malformed_rate=0.03, drift_rate=0.05)
 ATTEMPTS = 4  # silver has two fault points, so it may need a third try; one spare
@@ -344,12 +346,16 @@ def compare_with_oracle(spark, sl: Slice, manifest: Manifest, row: Row) -> None:
 
 @pytest.mark.parametrize("scenario", chosen_scenarios())
 def test_chaos_loses_and_duplicates_nothing(
-    spark, chaos_broker, chaos_server, tmp_path, capsys, scenario
+    spark, local_s3, chaos_broker, chaos_server, tmp_path, capsys, scenario
 ):
+    assert STORE in ("local", "s3"), f"SLICEWISE_CHAOS_STORE={STORE!r}: use local or s3"
     row = Row(scenario)
     TABLE.append(row)
+    lakehouse = None  # each run's own folder
+    if STORE == "s3":
+        lakehouse = f"s3a://{local_s3.create_bucket(f'chaos-{uuid.uuid4().hex[:8]}')}"
     try:
-        strike_runs(spark, chaos_broker, chaos_server, tmp_path, scenario, row)
+        strike_runs(spark, chaos_broker, chaos_server, tmp_path, scenario, row, lakehouse)
     finally:
         with capsys.disabled():
             print(render(TABLE))
@@ -362,6 +368,7 @@ def strike_runs(
     tmp_path: Path,
     scenario: str,
     row: Row,
+    lakehouse: str | None,
 ) -> None:
     first_seed = int(os.environ.get("SLICEWISE_CHAOS_SEED") or random.randrange(2**32))
     record = os.environ.get("SLICEWISE_CHAOS_RECORD")
@@ -371,14 +378,15 @@ def strike_runs(
         this = Row(scenario, runs=1)
         began, error = time.monotonic(), None
         try:
-            strike_run(spark, chaos_broker, chaos_server, state, scenario, seed, this)
+            where = f"{lakehouse}/run-{run}" if lakehouse else str(state / "lakehouse")
+            strike_run(spark, chaos_broker, chaos_server, state, where, scenario, seed, this)
         except Exception as exc:  # recorded as a failed run, then raised
             this.failed, error = 1, f"{type(exc).__name__}: {exc}"[:2000]
             raise
         finally:
             row.add(this)
             if record:
-                append(Path(record), this, seed, time.monotonic() - began, error)
+                append(Path(record), this, seed, time.monotonic() - began, error, STORE)
         assert this.clean, f"run {run} (seed {seed}, logs in {state / 'logs'}): {this}"
 
 
@@ -387,6 +395,7 @@ def strike_run(
     chaos_broker: LocalBroker,
     chaos_server: SparkConnectServer,
     state: Path,
+    lakehouse: str,
     scenario: str,
     seed: int,
     row: Row,
@@ -400,7 +409,7 @@ def strike_run(
             "SLICEWISE_SPARK_REMOTE": chaos_server.url,
             "SLICEWISE_TOPIC": f"chaos-{uuid.uuid4().hex[:8]}",
             "SLICEWISE_STATE_DIR": str(state),
-            "SLICEWISE_LAKEHOUSE": str(state / "lakehouse"),
+            "SLICEWISE_LAKEHOUSE": lakehouse,
         }
     )
     start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
