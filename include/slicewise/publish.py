@@ -18,7 +18,7 @@ from slicewise.config import Settings
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
 from slicewise.reconcile import silver_window, slice_window
-from slicewise.tables import table_exists, table_version
+from slicewise.tables import retry_on_conflict, table_exists, table_version
 from slicewise.transforms import events_per_hour, window_hours
 
 log = logging.getLogger(__name__)
@@ -54,13 +54,19 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
     if window is not None:
         first, last = window_hours(window)
         hours = [first, last]
-        (
-            events_per_hour(silver_window(spark, settings, window), (first, last))
-            .write.format("delta")
-            .mode("overwrite")
-            .option("replaceWhere", f"hour >= '{first}' AND hour <= '{last}'")
-            .save(gold_path)
-        )
+
+        def rebuild() -> None:
+            (
+                events_per_hour(silver_window(spark, settings, window), (first, last))
+                .write.format("delta")
+                .mode("overwrite")
+                .option("replaceWhere", f"hour >= '{first}' AND hour <= '{last}'")
+                .save(gold_path)
+            )
+
+        # Two runs publishing at once (a backfill, two at a time) may both create gold, or
+        # rewrite overlapping hours: the loser recomputes its hours from silver as it is now.
+        retry_on_conflict(rebuild, f"gold of {slice_id}")
     fault_point("publish.gold_written", settings, slice_id)
     publication = Publication(
         slice_id=slice_id,

@@ -160,11 +160,22 @@ class AirflowServices:
         The CLI's dates are logical dates (interval starts), both ends included.
         `on_finished(run)` is called once for each run as it ends.
         """
-        airflow(
-            self.env, "backfill", "create", "--dag-id", DAG_ID,
-            "--from-date", start.isoformat(), "--to-date", (end - timedelta(hours=1)).isoformat(),
-            "--reprocess-behavior", reprocess, "--max-active-runs", str(max_active_runs),
-        )  # fmt: skip
+        for attempt in range(1, 4):
+            try:
+                airflow(
+                    self.env, "backfill", "create", "--dag-id", DAG_ID,
+                    "--from-date", start.isoformat(),
+                    "--to-date", (end - timedelta(hours=1)).isoformat(),
+                    "--reprocess-behavior", reprocess, "--max-active-runs", str(max_active_runs),
+                )  # fmt: skip
+                break
+            except RuntimeError as exc:
+                # SQLite refuses a write at once (no busy wait) when the scheduler holds the
+                # lock while this command upgrades its read transaction; the command rolled
+                # back, so trying again is safe, unless a backfill did get created.
+                if "database is locked" not in str(exc) or attempt == 3 or self.runs()[1]:
+                    raise
+                time.sleep(2 * attempt)
         return self.wait_for_backfill(start, end, on_finished, timeout)
 
     def wait_for_backfill(

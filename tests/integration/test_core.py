@@ -311,6 +311,38 @@ def test_concurrent_attempts_of_one_slice_commit_once(spark, spark_remote, on_an
     assert silver.count() == 300 == silver.select("event_id").distinct().count()
 
 
+def test_two_runs_publishing_at_once_both_land_in_gold(spark, spark_remote, pipeline):
+    """A backfill two at a time: the first two publications race to create gold."""
+    from slicewise.gate import run_gate
+    from slicewise.publish import run_publish
+
+    settings, producer = pipeline
+    producer.send([ev(f"g-{i}", 0.1 + i / 10, i % 3) for i in range(5)])
+    producer.send([ev(f"h-{i}", 1.1 + i / 10, i % 3) for i in range(7)])
+    slices = [run_slice(spark, settings, h, h + 1)[0] for h in (0, 1)]
+    for sl in slices:
+        run_gate(spark, settings, sl.slice_id)
+    errors, barrier = [], threading.Barrier(2)
+
+    def publish(slice_id):
+        try:
+            session = remote_session(spark_remote, fresh=True)
+            try:
+                barrier.wait()
+                run_publish(session, settings, slice_id)
+            finally:
+                session.stop()
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=publish, args=(sl.slice_id,)) for sl in slices]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert errors == []
+    gold = table(spark, settings, "gold_events_per_hour")
+    assert gold.agg(F.sum("events")).first()[0] == 12
+
+
 def test_an_attempt_whose_write_delta_skipped_does_not_report_a_commit(
     spark, pipeline, monkeypatch
 ):
