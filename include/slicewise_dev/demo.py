@@ -167,7 +167,9 @@ def main() -> int:
                 f"{run.seconds or 0:.0f}s",
             )
 
-        runs = services.backfill(start, end, max_active_runs=MAX_ACTIVE_RUNS, on_finished=finished)
+        runs = services.backfill(
+            start, end, max_active_runs=MAX_ACTIVE_RUNS, on_finished=finished, until_closed=False
+        )
     if any(r.state != "success" for r in runs.values()):
         print(
             f"a run failed: task logs under {env['AIRFLOW_HOME']}/logs, the scheduler's in "
