@@ -153,7 +153,7 @@ def airflow_run(settings: Settings, start: datetime, work: Path) -> dict:
         end = start + timedelta(hours=1)
         print(f"[{datetime.now():%H:%M:%S}] w2 through Airflow ...", flush=True)
         wall, peak, _ = run_tree(
-            [str(VENV_BIN / "airflow"), "dags", "test", "slicewise_pipeline", end.isoformat()],
+            [str(VENV_BIN / "airflow"), "dags", "test", "slicewise_events", end.isoformat()],
             env,
             work / "w2-airflow.log",
         )

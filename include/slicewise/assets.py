@@ -1,4 +1,5 @@
-"""The silver Asset: defined once for the DAG that announces it and those that consume it."""
+"""The silver Asset of each pipeline: defined once for the DAG that announces it and
+those that consume it."""
 
 from __future__ import annotations
 
@@ -7,11 +8,18 @@ from typing import Any
 
 from airflow.sdk import Asset
 
-SILVER = Asset(name="slicewise_silver", uri="slicewise://silver")
+
+def silver_asset(pipeline: str) -> Asset:
+    """`slicewise_<pipeline>_silver`: one event per published slice of that pipeline."""
+    return Asset(name=f"slicewise_{pipeline}_silver", uri=f"slicewise://{pipeline}/silver")
 
 
 def announce(
-    slice_id: str, data_interval_end: datetime, inlet_events: Any, outlet_events: Any
+    pipeline: str,
+    slice_id: str,
+    data_interval_end: datetime,
+    inlet_events: Any,
+    outlet_events: Any,
 ) -> None:
     """Emit the silver Asset event once per slice that read anything; a re-run is skipped.
 
@@ -28,9 +36,10 @@ def announce(
     from slicewise.faults import fault_point
     from slicewise.ledger import Ledger
 
-    settings = load_settings()
+    settings = load_settings(pipeline=pipeline)
+    silver = silver_asset(pipeline)
     # Events for a slice are only emitted after its interval has closed.
-    for event in inlet_events[SILVER].after(data_interval_end):
+    for event in inlet_events[silver].after(data_interval_end):
         extra = event.extra or {}
         if (extra.get("topic"), extra.get("slice_id")) == (settings.topic, slice_id):
             raise AirflowSkipException(
@@ -47,6 +56,7 @@ def announce(
         )
     publication = ledger.step(slice_id, "publish") or {}
     extra = {
+        "pipeline": pipeline,
         "topic": settings.topic,
         "slice_id": slice_id,
         "silver_version": publication.get("silver_version"),
@@ -54,6 +64,6 @@ def announce(
         "hours": publication.get("hours"),
         "counts": {k: counts.get(k) for k in ("read", "quarantined", "inserted")},
     }
-    outlet_events[SILVER].extra = extra
+    outlet_events[silver].extra = extra
     ledger.record_step(slice_id, "announce", extra)
     fault_point("announce.recorded", settings, slice_id)

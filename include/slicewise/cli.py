@@ -6,6 +6,10 @@ On-call uses this to inspect and re-run a slice exactly as the DAG would:
     slicewise plan --start 2026-11-22T03:00:00Z --end 2026-11-22T04:00:00Z
     slicewise bronze --slice-id 20261122T030000Z-20261122T040000Z
     slicewise silver --slice-id ...   |  gate  |  publish  |  replay-quarantine
+    slicewise pipelines                  # check pipelines.yaml, list its pipelines
+
+Every command takes `--pipeline NAME` (default: SLICEWISE_PIPELINE, else the
+definition file's first pipeline).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from datetime import UTC, datetime
 from slicewise.config import ConfigError, Settings, load_settings
 from slicewise.freshness import Freshness, Published, freshness
 from slicewise.holds import Hold
-from slicewise.jobs import STEPS, step_parser
+from slicewise.jobs import STEPS, add_pipeline_arg, step_parser
 from slicewise.kafka.offsets import KafkaUnavailable, TopicOffsets
 from slicewise.ledger import STEPS as LEDGER_STEPS
 from slicewise.ledger import Ledger
@@ -149,8 +153,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="after a DATA LOSS report: freeze the slice from what Kafka still retains (logged)",
     )
+    add_pipeline_arg(plan)
     status = sub.add_parser("status", help="slices, offsets, steps and counts from the ledger")
     status.add_argument("--json", action="store_true")
+    add_pipeline_arg(status)
+    pipelines = sub.add_parser(
+        "pipelines", help="check the pipeline definition file and list its pipelines"
+    )
+    pipelines.add_argument("--file", default=None, help="default: SLICEWISE_PIPELINES_FILE")
     for step in STEPS:
         p = step_parser(step, sub.add_parser(step, help=f"run the {step} step for one slice"))
         p.add_argument(
@@ -162,7 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        settings = load_settings()
+        if args.command == "pipelines":
+            return check_pipelines(args.file)
+        settings = load_settings(pipeline=args.pipeline)
         if args.command == "plan":
             from slicewise.planner import plan_slice
 
@@ -192,6 +204,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def check_pipelines(path: str | None) -> int:
+    """Validate every definition (Great Expectations names included) and list them."""
+    from slicewise.gate import declared_expectations
+    from slicewise.pipelines import definitions_file, load_pipelines
+
+    where = path or definitions_file()
+    pipelines = load_pipelines(where)
+    for p in pipelines.values():
+        declared_expectations(p)
+        print(
+            f"{p.name}: DAG {p.dag_id}, topic {p.topic}, key ({', '.join(p.key)}), "
+            f"event time {p.event_time}, {len(p.fields)} fields, horizon {p.horizon_days} d, "
+            f"tables <lakehouse>/{p.tables_folder}/, {len(p.expectations)} extra expectation(s)"
+        )
+    print(f"{where}: {len(pipelines)} pipeline(s), all valid")
     return 0
 
 

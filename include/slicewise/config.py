@@ -14,6 +14,7 @@ from pathlib import Path
 
 from slicewise.errors import ConfigError
 from slicewise.kafka.security import KAFKA_PROP_PREFIX, KAFKA_SPARK_PROP_PREFIX, java_props
+from slicewise.pipelines import Pipeline, definitions_file, load_pipelines, pipeline_named
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_BOOTSTRAP = "127.0.0.1:19092"
@@ -27,8 +28,9 @@ class Settings:
     state_dir: Path
     cache_dir: Path
     grace_seconds: int
-    dedup_horizon_days: int
     max_value_bytes: int
+    # The declared pipeline these settings run (pipelines.yaml): key, schema, event time.
+    pipeline: Pipeline
     kafka_props: Mapping[str, str] = field(default_factory=dict)
     kafka_spark_props: Mapping[str, str] = field(default_factory=dict)
     # The ledger beside the tables unless set: a POSIX path when the tables are on an object store.
@@ -43,9 +45,14 @@ class Settings:
         """The Java client's properties for Spark's Kafka source."""
         return java_props(self.kafka_props, self.kafka_spark_props)
 
+    @property
+    def dedup_horizon_days(self) -> int:
+        return self.pipeline.horizon_days
+
     def table(self, name: str) -> str:
-        """Location of a lakehouse table (bronze, silver, quarantine, gold, ...)."""
-        return f"{self.lakehouse.rstrip('/')}/{name}"
+        """Location of one of the pipeline's tables (bronze, silver, quarantine, gold, ...):
+        each pipeline has a folder of its own under the lakehouse."""
+        return f"{self.lakehouse.rstrip('/')}/{self.pipeline.tables_folder}/{name}"
 
     @property
     def ledger_dir(self) -> str:
@@ -53,7 +60,7 @@ class Settings:
 
     @property
     def data_docs_dir(self) -> Path:
-        return self.state_dir / "data_docs"
+        return self.state_dir / "data_docs" / self.pipeline.name
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
@@ -121,17 +128,30 @@ def schedule(env: Mapping[str, str] | None = None) -> str:
     return env.get("SLICEWISE_SCHEDULE", "").strip() or "0 * * * *"
 
 
-def load_settings(env: Mapping[str, str] | None = None) -> Settings:
-    """Read settings from the environment (or the given mapping) and validate them."""
+def load_settings(env: Mapping[str, str] | None = None, pipeline: str | None = None) -> Settings:
+    """Read settings from the environment (or the given mapping) and validate them, for
+    the named pipeline (else SLICEWISE_PIPELINE, else the definition file's first)."""
     env = os.environ if env is None else env
+    definition = pipeline_named(
+        pipeline or env.get("SLICEWISE_PIPELINE", "").strip() or None, definitions_file(env)
+    )
     state_dir = Path(env.get("SLICEWISE_STATE_DIR") or REPO_ROOT / ".state").expanduser()
     cache_dir = Path(
         env.get("SLICEWISE_CACHE_DIR") or Path.home() / ".cache" / "slicewise"
     ).expanduser()
-    topic = env.get("SLICEWISE_TOPIC", "events").strip()
+    # The definition names the topic; SLICEWISE_TOPIC overrides it for one deployment
+    # (a staging cluster's topic name, a test's own topic).
+    topic = env.get("SLICEWISE_TOPIC", definition.topic).strip()
+    if "SLICEWISE_TOPIC" in env and len(load_pipelines(definitions_file(env))) > 1:
+        raise ConfigError(
+            f"SLICEWISE_TOPIC={env['SLICEWISE_TOPIC']!r} would send every pipeline of "
+            f"{definitions_file(env)} to one topic; unset it and set each pipeline's `topic:` "
+            "in the file (SLICEWISE_TOPIC is for a file with one pipeline)."
+        )
     if not topic:
         raise ConfigError(
-            "SLICEWISE_TOPIC is blank; set it to the Kafka topic to ingest (default 'events')."
+            f"SLICEWISE_TOPIC is blank; unset it to ingest {definition.topic!r} (the topic of "
+            f"pipeline {definition.name!r}) or set it to a topic name."
         )
     bootstrap = env.get("SLICEWISE_KAFKA_BOOTSTRAP", "").strip() or LOCAL_BOOTSTRAP
     if ":" not in bootstrap:
@@ -155,8 +175,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         state_dir=state_dir,
         cache_dir=cache_dir,
         grace_seconds=grace_seconds(env),
-        dedup_horizon_days=_int(env, "SLICEWISE_DEDUP_HORIZON_DAYS", 7),
         max_value_bytes=_int(env, "SLICEWISE_MAX_VALUE_BYTES", 1_048_576, minimum=1),
+        pipeline=definition,
         kafka_props=kafka_props_from_env(env),
         kafka_spark_props=kafka_props_from_env(env, KAFKA_SPARK_PROP_PREFIX),
         ledger_location=env.get("SLICEWISE_LEDGER_DIR", "").strip() or None,

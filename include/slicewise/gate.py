@@ -5,16 +5,17 @@ Great Expectations validates them, one expectation per fact (suite `slice_facts`
 on the one-row frame of facts, in pandas: no further Spark job):
   * bronze rows = quarantined + duplicates + silver rows, and no valid event_id of
     the slice is missing from silver;
-  * the silver rows that carry one of the slice's event_ids, within its dedup
-    horizon, hold each id once, no nulls in required columns, no negative Kafka
+  * the silver rows that carry one of the slice's keys, within its dedup
+    horizon, hold each key once, no nulls in required columns, no negative Kafka
     position, and silver has exactly the expected columns. Its MERGE can only have
-    written rows with its own ids, so this proves the slice added no duplicate, at
+    written rows with its own keys, so this proves the slice added no duplicate, at
     a cost that follows the slice, not silver.
-When a fact about the silver rows fails, the row-level suite (`silver_slice`) runs
-on those rows too, so the report names the offending ids. One aggregation instead
-of GX's ~50 small jobs over the rows: on a passing slice (the usual case) the gate
-costs one query.
-The slice's ids are those silver kept (`slice_ids`): the gate reads tables only and
+When a fact about the silver rows fails, or the pipeline's definition declares
+expectations of its own, the row-level suite (`silver_slice`: the built-in row
+checks plus the declared ones) runs on those rows too, so the report names the
+offending keys. One aggregation instead of GX's ~50 small jobs over the rows: on a
+passing slice of a pipeline without extra expectations the gate costs one query.
+The slice's keys are those silver kept (`slice_ids`): the gate reads tables only and
 never parses the slice again.
 A failure raises `GateFailed` naming the offending ids and counts, after writing
 Data Docs to `<state>/data_docs` and the outcome (with the counts) to the ledger.
@@ -31,11 +32,12 @@ import pandas as pd
 from pyspark.sql import SparkSession
 
 from slicewise.config import Settings
+from slicewise.contract import required_columns, silver_schema
 from slicewise.faults import fault_point
 from slicewise.gate_engine import GateFailed, GateReport, validate
 from slicewise.ledger import Ledger
+from slicewise.pipelines import Pipeline, PipelineDefinitionError
 from slicewise.reconcile import (
-    REQUIRED_COLUMNS,
     SliceCounts,
     counts_of,
     recorded_ids,
@@ -43,46 +45,73 @@ from slicewise.reconcile import (
     slice_facts,
     slice_window,
 )
-from slicewise.tables import SILVER, read_table
+from slicewise.tables import read_table
 
 log = logging.getLogger(__name__)
 
-SUITE_VERSION = "2"
-
-# Facts about the silver rows; when one fails, the row-level suite names the rows.
-ROW_FACTS = (
-    "duplicate_event_ids",
-    *[f"null_{c}" for c in REQUIRED_COLUMNS],
-    "negative_kafka_partition",
-    "negative_kafka_offset",
-    "unexpected_silver_columns",
-    "absent_silver_columns",
-)
+SUITE_VERSION = "3"
 
 
-def slice_facts_suite() -> list[gxe.Expectation]:
+def row_facts(pipeline: Pipeline) -> tuple[str, ...]:
+    """Facts about the silver rows; when one fails, the row-level suite names the rows."""
+    return (
+        "duplicate_keys",
+        *[f"null_{c}" for c in required_columns(pipeline)],
+        "negative_kafka_partition",
+        "negative_kafka_offset",
+        "unexpected_silver_columns",
+        "absent_silver_columns",
+    )
+
+
+def slice_facts_suite(pipeline: Pipeline) -> list[gxe.Expectation]:
     def none(fact: str) -> gxe.Expectation:
         return gxe.ExpectColumnValuesToBeBetween(column=fact, min_value=0, max_value=0)
 
     return [
         gxe.ExpectColumnPairValuesToBeEqual(column_A="read", column_B="accounted"),
         none("missing"),
-        *[none(fact) for fact in ROW_FACTS],
+        *[none(fact) for fact in row_facts(pipeline)],
     ]
 
 
-def silver_slice_suite() -> list[gxe.Expectation]:
+def declared_expectations(pipeline: Pipeline) -> list[gxe.Expectation]:
+    """The definition's own expectations, as Great Expectations objects; a name GX does
+    not know, or arguments it refuses, fail naming the pipeline and the item."""
+    built = []
+    for i, item in enumerate(pipeline.expectations):
+        ((name, kwargs),) = item.items()
+        cls = getattr(gxe, "".join(part.title() for part in name.split("_")), None)
+        if not (isinstance(cls, type) and issubclass(cls, gxe.Expectation)):
+            raise PipelineDefinitionError(
+                f"pipeline {pipeline.name!r}, expectations[{i}]: {name!r} is not a Great "
+                "Expectations expectation (see https://greatexpectations.io/expectations)."
+            )
+        try:
+            built.append(cls(**(kwargs or {})))
+        except Exception as exc:
+            raise PipelineDefinitionError(
+                f"pipeline {pipeline.name!r}, expectations[{i}] {name}: {exc}"
+            ) from None
+    return built
+
+
+def silver_slice_suite(pipeline: Pipeline) -> list[gxe.Expectation]:
+    key = list(pipeline.key_columns)
+    unique = (
+        gxe.ExpectColumnValuesToBeUnique(column=key[0])
+        if len(key) == 1
+        else gxe.ExpectCompoundColumnsToBeUnique(column_list=key)
+    )
     return [
         gxe.ExpectTableColumnsToMatchSet(
-            column_set=[f.name for f in SILVER.fields], exact_match=True
+            column_set=[f.name for f in silver_schema(pipeline).fields], exact_match=True
         ),
-        gxe.ExpectColumnValuesToNotBeNull(column="event_id"),
-        gxe.ExpectColumnValuesToBeUnique(column="event_id"),
-        gxe.ExpectColumnValuesToNotBeNull(column="event_type"),
-        gxe.ExpectColumnValuesToNotBeNull(column="occurred_at"),
-        gxe.ExpectColumnValuesToNotBeNull(column="event_date"),
+        unique,
+        *[gxe.ExpectColumnValuesToNotBeNull(column=c) for c in required_columns(pipeline)],
         gxe.ExpectColumnValuesToBeBetween(column="kafka_offset", min_value=0),
         gxe.ExpectColumnValuesToBeBetween(column="kafka_partition", min_value=0),
+        *declared_expectations(pipeline),
     ]
 
 
@@ -141,11 +170,14 @@ def settled(previous: dict | None, outcome: dict) -> dict:
 def _validate(
     spark: SparkSession, settings: Settings, slice_id: str
 ) -> tuple[SliceCounts, list[GateReport]]:
+    pipeline = settings.pipeline
+    schema = silver_schema(pipeline)
+    row_suite = silver_slice_suite(pipeline)  # first: a bad declared expectation fails fast
     window = slice_window(spark, settings, slice_id)
     facts = slice_facts(spark, settings, slice_id, window)
     counts = counts_of(slice_id, facts)
-    silver = read_table(spark, settings.table("silver"), SILVER)
-    expected = {f.name for f in SILVER.fields}
+    silver = read_table(spark, settings.table("silver"), schema)
+    expected = {f.name for f in schema.fields}
     facts |= {
         "accounted": counts.accounted,
         "unexpected_silver_columns": len(set(silver.columns) - expected),
@@ -156,17 +188,16 @@ def _validate(
         validate(
             pd.DataFrame([facts]),
             f"slice_facts_v{SUITE_VERSION}",
-            slice_facts_suite(),
+            slice_facts_suite(pipeline),
             docs,
             slice_id,
         )
     ]
-    if any(facts[f] for f in ROW_FACTS):
-        ids = recorded_ids(spark, settings, slice_id).select("event_id")
-        rows = silver_window(spark, settings, window).join(ids, "event_id", "left_semi")
-        reports.append(
-            validate(rows, f"silver_slice_v{SUITE_VERSION}", silver_slice_suite(), docs, slice_id)
-        )
+    if pipeline.expectations or any(facts[f] for f in row_facts(pipeline)):
+        key = list(pipeline.key_columns)
+        ids = recorded_ids(spark, settings, slice_id).select(*key)
+        rows = silver_window(spark, settings, window).join(ids, key, "left_semi")
+        reports.append(validate(rows, f"silver_slice_v{SUITE_VERSION}", row_suite, docs, slice_id))
     return counts, reports
 
 

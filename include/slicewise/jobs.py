@@ -72,12 +72,22 @@ def step_parser(
     parser.add_argument(
         "--slice-id", required=True, help="slice to process, e.g. 20261122T030000Z-20261122T040000Z"
     )
+    add_pipeline_arg(parser)
     for name, help_text in STEP_FLAGS.get(step, {}).items():
         # `--flag`, `--flag true` or `--flag false`: the DAG renders a param into the value.
         parser.add_argument(
             name, nargs="?", const="true", default="false", type=_flag, help=help_text
         )
     return parser
+
+
+def add_pipeline_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pipeline",
+        default=None,
+        help="the pipeline of pipelines.yaml to run (default: SLICEWISE_PIPELINE, else the "
+        "file's first)",
+    )
 
 
 STEP_FLAGS = {
@@ -108,7 +118,7 @@ def run(
     spark: SparkSession | None = None,
     settings: Settings | None = None,
 ) -> Any:
-    settings = settings or load_settings()
+    settings = settings or load_settings(pipeline=args.pipeline)
     owned = spark is None
     spark = spark or get_spark(
         f"slicewise-{step}-{args.slice_id}", master=master, settings=settings
@@ -129,6 +139,7 @@ def run(
         json.dumps(
             {
                 "step": step,
+                "pipeline": settings.pipeline.name,
                 "slice_id": args.slice_id,
                 "result": asdict(result) if is_dataclass(result) else result,
             },
@@ -148,8 +159,9 @@ def main(step: str, argv: Sequence[str] | None = None) -> int:
     # mode) leaves pyspark's connect switches in the environment; this driver is classic.
     for switch in CONNECT_SWITCHES:
         os.environ.pop(switch, None)
-    settings = dataclasses.replace(load_settings(), spark_remote=None)
-    run(step, step_parser(step).parse_args(argv), settings=settings)
+    args = step_parser(step).parse_args(argv)
+    settings = dataclasses.replace(load_settings(pipeline=args.pipeline), spark_remote=None)
+    run(step, args, settings=settings)
     return 0
 
 

@@ -66,15 +66,15 @@ def store_connection_env() -> dict[str, str]:
     return {name: str(value) for name, value in env.items() if value}
 
 
-def task_settings():
-    """Settings for code running in an Airflow task: environment, then the Kafka
-    connection; and the object store's connection, if one is named, in the process
+def task_settings(pipeline: str | None = None):
+    """Settings of a pipeline for code running in an Airflow task: environment, then the
+    Kafka connection; and the object store's connection, if one is named, in the process
     environment, where the ledger's store client reads credentials (they are never
     logged or rendered)."""
     from slicewise.config import load_settings
 
     os.environ.update(store_connection_env())
-    return load_settings({**os.environ, **kafka_connection_env()})
+    return load_settings({**os.environ, **kafka_connection_env()}, pipeline=pipeline)
 
 
 class SliceSparkSubmitOperator(SparkSubmitOperator):
@@ -105,7 +105,8 @@ def run_step(step: str, argv: list[str], spark: Any = None) -> Any:
     """The body of a Spark Connect step: the same entry point as spark-submit's."""
     from slicewise.jobs import run, step_parser
 
-    return run(step, step_parser(step).parse_args(argv), spark=spark, settings=task_settings())
+    args = step_parser(step).parse_args(argv)
+    return run(step, args, spark=spark, settings=task_settings(args.pipeline))
 
 
 class SliceSparkConnectOperator(PySparkOperator):

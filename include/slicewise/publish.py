@@ -1,4 +1,5 @@
-"""Publish: rebuild gold (events per hour and type) for the hours a slice may have changed.
+"""Publish: rebuild gold (events per hour and the definition's `gold.group_by`) for the
+hours a slice may have changed; a pipeline without `gold` only records the publication.
 
 Runs only after the gate passed. Gold rows of the affected hours are recomputed
 from silver and written with replaceWhere, so publishing a slice again yields
@@ -50,14 +51,20 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
     # Only rows inside that window can have moved.
     window = slice_window(spark, settings, slice_id)
     gold_path = settings.table("gold_events_per_hour")
+    gold = settings.pipeline.gold
     hours: list[str] = []
-    if window is not None:
+    if window is not None and gold is not None:
         first, last = window_hours(window)
         hours = [first, last]
 
         def rebuild() -> None:
             (
-                events_per_hour(silver_window(spark, settings, window), (first, last))
+                events_per_hour(
+                    silver_window(spark, settings, window),
+                    (first, last),
+                    settings.pipeline.column_of(settings.pipeline.event_time),
+                    tuple(settings.pipeline.column_of(p) for p in gold.group_by),
+                )
                 .write.format("delta")
                 .mode("overwrite")
                 .option("replaceWhere", f"hour >= '{first}' AND hour <= '{last}'")

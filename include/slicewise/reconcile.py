@@ -1,7 +1,7 @@
 """Per-slice counts, computed from the tables themselves.
 
 read = quarantined + duplicates_in_slice + inserted + duplicates_in_silver,
-and no valid event_id of the slice may be missing from silver. Computing this
+and no valid key of the slice may be missing from silver. Computing this
 from bronze, quarantine, the slice's ids and (the horizon window of) silver,
 rather than from a MERGE's metrics, gives the same answer on every rerun and in
 any order. No parse: silver keeps the slice's ids (`transforms.slice_ids`), and
@@ -17,12 +17,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from slicewise.config import Settings
-from slicewise.tables import BRONZE, QUARANTINE, SILVER, SLICE_IDS, of_slice, read_table
+from slicewise.contract import KAFKA_POSITION, required_columns, silver_schema, slice_ids_schema
+from slicewise.tables import BRONZE, QUARANTINE, of_slice, read_table
 from slicewise.transforms import event_date_span, horizon_window
-
-# Silver columns that may never be null.
-REQUIRED_COLUMNS = ("event_id", "event_type", "occurred_at", "event_date")
-KAFKA_POSITION = ("kafka_partition", "kafka_offset")
 
 
 @dataclass(frozen=True)
@@ -32,8 +29,8 @@ class SliceCounts:
     quarantined: int
     duplicates_in_slice: int
     inserted: int  # silver rows whose surviving copy came from this slice
-    duplicates_in_silver: int  # valid ids whose surviving copy is in another slice
-    missing: int  # valid ids found nowhere in silver: must be 0
+    duplicates_in_silver: int  # valid keys whose surviving copy is in another slice
+    missing: int  # valid keys found nowhere in silver: must be 0
 
     @property
     def accounted(self) -> int:
@@ -54,7 +51,9 @@ class SliceCounts:
 
 
 def recorded_ids(spark: SparkSession, settings: Settings, slice_id: str) -> DataFrame:
-    return of_slice(spark, settings.table("slice_ids"), SLICE_IDS, slice_id)
+    return of_slice(
+        spark, settings.table("slice_ids"), slice_ids_schema(settings.pipeline), slice_id
+    )
 
 
 def slice_window(
@@ -72,7 +71,7 @@ def silver_window(
     spark: SparkSession, settings: Settings, window: tuple[date, date] | None
 ) -> DataFrame:
     """Silver rows within a window of event dates (partition-pruned)."""
-    silver = read_table(spark, settings.table("silver"), SILVER)
+    silver = read_table(spark, settings.table("silver"), silver_schema(settings.pipeline))
     if window is None:
         return silver.limit(0)
     lo, hi = window
@@ -84,36 +83,38 @@ def slice_facts(
 ) -> dict[str, int]:
     """Everything the gate proves about a slice, in one query: the counts that must
     reconcile (bronze, quarantine, the slice's ids left-joined to silver's window) and
-    the facts of the silver rows that carry the slice's ids (how many, duplicates,
+    the facts of the silver rows that carry the slice's keys (how many, duplicates,
     nulls in required columns, negative Kafka positions)."""
-    # Silver's window per event_id first (narrow rows, and the join reuses its
-    # partitioning); the slice's ids are distinct, so the join multiplies nothing.
+    key = list(settings.pipeline.key_columns)
+    required = required_columns(settings.pipeline)
+    # Silver's window per key first (narrow rows, and the join reuses its
+    # partitioning); the slice's keys are distinct, so the join multiplies nothing.
     stored = (
         silver_window(spark, settings, window)
-        .groupBy("event_id")
+        .groupBy(*key)
         .agg(
             F.count("*").alias("rows"),
             F.count_if(F.col("slice_id") == slice_id).alias("owned"),
-            *[F.count_if(F.col(c).isNull()).alias(f"null_{c}") for c in REQUIRED_COLUMNS],
+            *[F.count_if(F.col(c).isNull()).alias(f"null_{c}") for c in required],
             *[F.count_if(F.col(c) < 0).alias(f"negative_{c}") for c in KAFKA_POSITION],
         )
     )
     rows = F.col("rows")
     facts = (
         recorded_ids(spark, settings, slice_id)
-        .join(stored, "event_id", "left")
+        .join(stored, key, "left")
         .agg(
             F.coalesce(F.sum("copies"), F.lit(0)).alias("valid"),
-            F.count("event_id").alias("distinct_ids"),
+            F.count("*").alias("distinct_ids"),
             F.coalesce(F.sum("owned"), F.lit(0)).alias("inserted"),
             F.coalesce(F.sum(rows - F.col("owned")), F.lit(0)).alias("elsewhere"),
             F.count_if(rows.isNull()).alias("missing"),
             F.coalesce(F.sum(rows), F.lit(0)).alias("silver_rows"),
-            F.coalesce(F.sum(rows - 1), F.lit(0)).alias("duplicate_event_ids"),
+            F.coalesce(F.sum(rows - 1), F.lit(0)).alias("duplicate_keys"),
             *[
                 F.coalesce(F.sum(c), F.lit(0)).alias(c)
                 for c in (
-                    *[f"null_{c}" for c in REQUIRED_COLUMNS],
+                    *[f"null_{c}" for c in required],
                     *[f"negative_{c}" for c in KAFKA_POSITION],
                 )
             ],

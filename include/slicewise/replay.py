@@ -15,10 +15,11 @@ from dataclasses import asdict
 from pyspark.sql import DataFrame, SparkSession
 
 from slicewise.config import Settings
+from slicewise.contract import silver_schema
 from slicewise.ledger import Ledger
 from slicewise.reconcile import SliceCounts, slice_counts, slice_window
 from slicewise.silver import merge_into_silver, parsed_slice
-from slicewise.tables import SILVER, conform
+from slicewise.tables import conform
 from slicewise.transforms import quarantined, slice_ids, survivors, valid_events
 
 log = logging.getLogger(__name__)
@@ -27,14 +28,20 @@ log = logging.getLogger(__name__)
 def run_replay(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCounts:
     ledger = Ledger(settings.ledger_dir, settings.topic)
     ledger.load_slice(slice_id)  # fails clearly if the slice is unknown
+    pipeline = settings.pipeline
     parsed = parsed_slice(spark, settings, slice_id)
     try:
-        kept = survivors(valid_events(parsed))
-        replace_slice(slice_ids(kept), settings.table("slice_ids"), slice_id)
+        kept = survivors(valid_events(parsed, pipeline), pipeline)
+        replace_slice(slice_ids(kept, pipeline), settings.table("slice_ids"), slice_id)
         window = slice_window(spark, settings, slice_id)
         if window is not None:
             merge_into_silver(
-                spark, settings.table("silver"), conform(kept, SILVER), window, app_id=None
+                spark,
+                settings.table("silver"),
+                pipeline,
+                conform(kept, silver_schema(pipeline)),
+                window,
+                app_id=None,
             )
         replace_slice(quarantined(parsed), settings.table("quarantine"), slice_id)
     finally:

@@ -1,11 +1,12 @@
-"""Silver: each valid event_id once, via an idempotent MERGE bounded by the horizon.
+"""Silver: each valid key once, via an idempotent MERGE bounded by the horizon.
 
-The slice is parsed here, once (`parsed_slice`): its bad records go to quarantine,
-its valid events' ids to `slice_ids` (what the gate and publish need of it), and
-its events into silver. Within the slice the lowest Kafka position survives
-(`survivors`). Across slices the MERGE replaces a stored copy only by one at a
-lower position, so silver ends the same whatever order slices run in and however
-often. The MERGE only looks at silver rows whose event_date lies within the dedup
+The slice is parsed here, once (`parsed_slice`, compiled from the pipeline's
+definition): its bad records go to quarantine, its valid events' keys to
+`slice_ids` (what the gate and publish need of it), and its events into silver.
+Within the slice the survivor rule picks one copy per key (`survivors`: the lowest
+Kafka position unless the definition orders by a field). Across slices the MERGE
+replaces a stored copy only by one the same rule prefers, so silver ends the same
+whatever order slices run in and however often. The MERGE only looks at silver rows whose event_date lies within the dedup
 horizon of the slice's own dates: Delta prunes every other partition, so its cost
 follows the slice, not the table. Silver has deletion vectors: a MERGE marks the
 rows it replaces instead of rewriting every file that holds a matched row.
@@ -21,13 +22,15 @@ from dataclasses import dataclass
 from datetime import date
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructField, StructType
 
 from slicewise.config import Settings
+from slicewise.contract import beats_sql, key_match_sql, parse_events, silver_schema
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
+from slicewise.pipelines import Pipeline
 from slicewise.tables import (
     BRONZE,
-    SILVER,
     append_once,
     conform,
     delta_ref,
@@ -36,10 +39,8 @@ from slicewise.tables import (
     table_properties,
 )
 from slicewise.transforms import (
-    EARLIER_SQL,
     event_date_span,
     horizon_window,
-    parse_events,
     quarantined,
     slice_ids,
     survivors,
@@ -61,7 +62,7 @@ def parsed_slice(spark: SparkSession, settings: Settings, slice_id: str) -> Data
     costs several parses per row (see `parse_events`).
     """
     bronze = of_slice(spark, settings.table("bronze"), BRONZE, slice_id)
-    return parse_events(bronze, settings.max_value_bytes).cache()
+    return parse_events(bronze, settings.pipeline, settings.max_value_bytes).cache()
 
 
 @contextmanager
@@ -76,32 +77,66 @@ def idempotent_dml(spark: SparkSession, app_id: str) -> Iterator[None]:
         spark.conf.unset("spark.databricks.delta.write.txnVersion")
 
 
-def ensure_silver(spark: SparkSession, path: str) -> None:
-    """Create silver (partitioned by event_date, with SILVER_PROPERTIES), or give a silver
-    made by an earlier version the properties it lacks."""
+def ensure_silver(spark: SparkSession, path: str, pipeline: Pipeline) -> None:
+    """Create silver (partitioned by event_date, with SILVER_PROPERTIES), or bring a
+    silver made by an earlier definition or version up to date: the properties it
+    lacks, and a column for each field the definition gained (metadata only, no
+    rewrite: the rows written before read null there). A field whose type changed
+    cannot be followed in place and fails, naming the field."""
     properties = table_properties(spark, path)
     wanted = ", ".join(f"'{k}' = '{v}'" for k, v in SILVER_PROPERTIES.items())
+    schema = silver_schema(pipeline)
     if properties is None:
-        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in SILVER.fields)
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
         spark.sql(
             f"CREATE TABLE IF NOT EXISTS {delta_ref(path)} ({columns}) USING delta "
             f"PARTITIONED BY (event_date) TBLPROPERTIES ({wanted})"
         ).collect()
-    elif any(properties.get(k) != v for k, v in SILVER_PROPERTIES.items()):
+        return
+    if any(properties.get(k) != v for k, v in SILVER_PROPERTIES.items()):
         log.info("silver at %s: setting %s", path, wanted)
         spark.sql(f"ALTER TABLE {delta_ref(path)} SET TBLPROPERTIES ({wanted})").collect()
+    added = evolve(spark.read.format("delta").load(path).schema, schema, pipeline.name)
+    if added:
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in added)
+        log.info("silver at %s: adding columns %s", path, columns)
+        spark.sql(f"ALTER TABLE {delta_ref(path)} ADD COLUMNS ({columns})").collect()
+
+
+def evolve(stored: StructType, wanted: StructType, pipeline: str) -> list[StructField]:
+    """The columns silver lacks for the definition; a changed type is refused."""
+    have = {f.name: f.dataType for f in stored.fields}
+    for f in wanted.fields:
+        if f.name in have and have[f.name] != f.dataType:
+            raise SchemaChangeRefused(
+                f"pipeline {pipeline!r}: silver's column `{f.name}` is "
+                f"{have[f.name].simpleString()}, the definition now says "
+                f"{f.dataType.simpleString()}. A type cannot change in place: declare the new "
+                "type as a new field (with `column:`), or keep the old one; records of the "
+                "other type go to quarantine as wrong_type. See docs/PIPELINES.md#evolution."
+            )
+    return [f for f in wanted.fields if f.name not in have]
+
+
+class SchemaChangeRefused(RuntimeError):
+    """The definition changed a field's type; silver cannot follow without a rewrite."""
 
 
 def merge_into_silver(
-    spark: SparkSession, path: str, events: DataFrame, window: tuple[date, date], app_id: str | None
+    spark: SparkSession,
+    path: str,
+    pipeline: Pipeline,
+    events: DataFrame,
+    window: tuple[date, date],
+    app_id: str | None,
 ) -> None:
-    """Insert new event_ids; replace a stored copy only by one at a lower position.
+    """Insert new keys; replace a stored copy only by one the survivor rule prefers.
 
     With an `app_id` the MERGE commits at most once for it (and fences racers);
     without, it is still idempotent by content, which quarantine replay relies on.
     """
     lo, hi = window
-    ensure_silver(spark, path)
+    ensure_silver(spark, path, pipeline)
     # SQL rather than DeltaTable.merge: the same statement runs in-process and over
     # Spark Connect, which carries SQL but not Delta's Python API.
     source = f"slice_events_{uuid.uuid4().hex}"
@@ -109,8 +144,8 @@ def merge_into_silver(
     merge = (
         f"MERGE INTO {delta_ref(path)} AS t USING {source} AS s "
         f"ON t.event_date BETWEEN DATE'{lo.isoformat()}' AND DATE'{hi.isoformat()}' "
-        "AND t.event_id = s.event_id "
-        f"WHEN MATCHED AND ({EARLIER_SQL}) THEN UPDATE SET * "
+        f"AND {key_match_sql(pipeline)} "
+        f"WHEN MATCHED AND {beats_sql(pipeline)} THEN UPDATE SET * "
         "WHEN NOT MATCHED THEN INSERT *"
     )
     try:
@@ -141,8 +176,9 @@ def _silver(spark: SparkSession, settings: Settings, slice_id: str) -> SilverRes
     ledger = Ledger(settings.ledger_dir, settings.topic)
     sl = ledger.load_slice(slice_id)
     metadata = {"step": "silver", "slice_id": slice_id}
+    pipeline = settings.pipeline
     parsed = parsed_slice(spark, settings, slice_id)
-    kept = survivors(valid_events(parsed))
+    kept = survivors(valid_events(parsed, pipeline), pipeline)
     try:
         append_once(
             quarantined(parsed),
@@ -154,7 +190,7 @@ def _silver(spark: SparkSession, settings: Settings, slice_id: str) -> SilverRes
         # Cached: the ids, the span and the MERGE all read the survivors.
         kept = kept.cache()
         append_once(
-            slice_ids(kept),
+            slice_ids(kept, pipeline),
             settings.table("slice_ids"),
             f"slicewise/slice_ids/{slice_id}",
             metadata,
@@ -170,12 +206,13 @@ def _silver(spark: SparkSession, settings: Settings, slice_id: str) -> SilverRes
             merge_into_silver(
                 spark,
                 settings.table("silver"),
-                conform(kept, SILVER),
+                pipeline,
+                conform(kept, silver_schema(pipeline)),
                 window,
                 f"slicewise/silver/{slice_id}",
             )
         else:
-            ensure_silver(spark, settings.table("silver"))
+            ensure_silver(spark, settings.table("silver"), pipeline)
     finally:
         parsed.unpersist()
         kept.unpersist()

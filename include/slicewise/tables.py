@@ -12,7 +12,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
-    DateType,
     IntegerType,
     LongType,
     StringType,
@@ -42,36 +41,11 @@ BRONZE = StructType(
     ]
 )
 
-SILVER = StructType(
-    [
-        StructField("event_id", StringType(), False),
-        StructField("event_type", StringType(), False),
-        StructField("occurred_at", TimestampType(), False),
-        StructField("event_date", DateType(), False),
-        StructField("payload", StringType(), True),
-        StructField("kafka_partition", IntegerType(), False),
-        StructField("kafka_offset", LongType(), False),
-        StructField("kafka_timestamp", TimestampType(), True),
-        StructField("slice_id", StringType(), False),
-    ]
-)
-
 QUARANTINE = StructType(
     [
         *[f for f in BRONZE.fields if f.name != "slice_id"],
         StructField("reason", StringType(), False),
         StructField("slice_id", StringType(), False),
-    ]
-)
-
-# Per slice, its valid events' distinct ids (written by silver, read by the gate and
-# publish in place of a second parse of the slice).
-SLICE_IDS = StructType(
-    [
-        StructField("slice_id", StringType(), False),
-        StructField("event_id", StringType(), False),
-        StructField("copies", LongType(), False),
-        StructField("event_date", DateType(), False),
     ]
 )
 

@@ -26,7 +26,7 @@ from slicewise.connect_server import port_open
 from slicewise_dev.airflow_env import VENV_BIN, end_tree, migrate
 from slicewise_dev.broker import free_ports
 
-DAG_ID = "slicewise_pipeline"
+DAG_ID = "slicewise_events"
 FINISHED = ("success", "failed")
 
 

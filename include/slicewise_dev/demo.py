@@ -155,7 +155,7 @@ def main() -> int:
             return 1
         say(
             "dag",
-            f"backfilling slicewise_pipeline over [{start:%H:%M}, {end:%H:%M}) UTC: "
+            f"backfilling slicewise_events over [{start:%H:%M}, {end:%H:%M}) UTC: "
             f"{INTERVALS} hourly runs, {MAX_ACTIVE_RUNS} at a time ...",
         )
 

@@ -20,10 +20,10 @@ def dagbag(airflow_db):
 
 def test_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert set(dagbag.dag_ids) == {"slicewise_pipeline", "slicewise_downstream"}
+    assert set(dagbag.dag_ids) == {"slicewise_events", "slicewise_downstream"}
 
 
-@pytest.mark.parametrize("dag_id", ["slicewise_pipeline", "slicewise_downstream"])
+@pytest.mark.parametrize("dag_id", ["slicewise_events", "slicewise_downstream"])
 def test_dag_is_documented_owned_tagged_and_retried(dagbag, dag_id):
     dag = dagbag.get_dag(dag_id)
     assert dag.doc_md and "slicewise" in dag.tags
@@ -35,7 +35,7 @@ def test_dag_is_documented_owned_tagged_and_retried(dagbag, dag_id):
 
 
 def test_pipeline_order_and_params(dagbag):
-    dag = dagbag.get_dag("slicewise_pipeline")
+    dag = dagbag.get_dag("slicewise_events")
     order = ["wait_for_interval_close", "plan", "bronze", "silver", "gate", "publish", "announce"]
     for upstream, downstream in zip(order, order[1:], strict=False):
         assert downstream in dag.get_task(upstream).downstream_task_ids
@@ -59,7 +59,7 @@ def test_the_submit_mode_is_chosen_by_configuration(airflow_db, monkeypatch):
     from slicewise.operators import SliceSparkSubmitOperator
 
     monkeypatch.setenv("SLICEWISE_SPARK_MODE", "submit")
-    dag = DagBag(dag_folder=str(DAGS)).get_dag("slicewise_pipeline")
+    dag = DagBag(dag_folder=str(DAGS)).get_dag("slicewise_events")
     for step in ("bronze", "silver", "gate", "publish"):
         task = dag.get_task(step)
         assert isinstance(task, SliceSparkSubmitOperator) and task._conn_id == "spark_default"
@@ -67,7 +67,7 @@ def test_the_submit_mode_is_chosen_by_configuration(airflow_db, monkeypatch):
 
     monkeypatch.setenv("SLICEWISE_SPARK_MODE", "yarn")
     bag = DagBag(dag_folder=str(DAGS))
-    [error] = [e for f, e in bag.import_errors.items() if f.endswith("slicewise_pipeline.py")]
+    [error] = [e for f, e in bag.import_errors.items() if f.endswith("slicewise_pipelines.py")]
     assert "SLICEWISE_SPARK_MODE='yarn'" in error and "connect" in error
 
 

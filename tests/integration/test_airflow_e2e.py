@@ -38,7 +38,7 @@ def load_dag(pipeline, monkeypatch, mode: str):
     monkeypatch.setenv("SLICEWISE_SPARK_MODE", mode)
     from airflow.dag_processing.dagbag import DagBag
 
-    dag = DagBag(dag_folder=env["AIRFLOW__CORE__DAGS_FOLDER"]).get_dag("slicewise_pipeline")
+    dag = DagBag(dag_folder=env["AIRFLOW__CORE__DAGS_FOLDER"]).get_dag("slicewise_events")
     return settings, producer, dag
 
 

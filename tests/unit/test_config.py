@@ -7,7 +7,9 @@ def test_defaults_need_no_configuration(tmp_path):
     s = load_settings({"SLICEWISE_STATE_DIR": str(tmp_path)})
     assert s.bootstrap_servers == LOCAL_BOOTSTRAP
     assert s.lakehouse == str(tmp_path / "lakehouse")
-    assert s.table("silver") == f"{tmp_path}/lakehouse/silver"
+    # The example pipeline of pipelines.yaml, its tables in a folder of their own.
+    assert (s.pipeline.name, s.topic) == ("events", "events")
+    assert s.table("silver") == f"{tmp_path}/lakehouse/events/silver"
     assert s.dedup_horizon_days == 7
 
 
@@ -25,9 +27,11 @@ def test_kafka_properties_reach_the_python_clients_as_given():
     ("env", "message"),
     [
         (
-            {"SLICEWISE_DEDUP_HORIZON_DAYS": "week"},
-            "SLICEWISE_DEDUP_HORIZON_DAYS='week' is not an integer",
+            {"SLICEWISE_MAX_VALUE_BYTES": "big"},
+            "SLICEWISE_MAX_VALUE_BYTES='big' is not an integer",
         ),
+        ({"SLICEWISE_PIPELINE": "orders"}, "pipeline 'orders' is not defined in"),
+        ({"SLICEWISE_PIPELINES_FILE": "/nowhere.yaml"}, "no pipeline definition file here"),
         ({"SLICEWISE_GRACE_SECONDS": "-5"}, "SLICEWISE_GRACE_SECONDS=-5 is below 0"),
         ({"SLICEWISE_TOPIC": "  "}, "SLICEWISE_TOPIC is blank"),
         ({"SLICEWISE_KAFKA_BOOTSTRAP": "kafka"}, "has no port"),
@@ -43,9 +47,10 @@ def test_bad_configuration_fails_fast_with_what_to_change(env, message):
 
 
 def test_the_ledger_lives_with_the_tables_unless_placed_elsewhere(tmp_path):
-    assert load_settings({"SLICEWISE_LAKEHOUSE": "/data/lh"}).ledger_dir == "/data/lh/_ledger"
+    lh = load_settings({"SLICEWISE_LAKEHOUSE": "/data/lh"})
+    assert lh.ledger_dir == "/data/lh/events/_ledger"
     placed = load_settings({"SLICEWISE_LAKEHOUSE": "s3a://b/lh", "SLICEWISE_LEDGER_DIR": "/mnt/l"})
-    assert (placed.table("silver"), placed.ledger_dir) == ("s3a://b/lh/silver", "/mnt/l")
+    assert (placed.table("silver"), placed.ledger_dir) == ("s3a://b/lh/events/silver", "/mnt/l")
 
 
 def test_the_ledger_follows_the_tables_onto_an_object_store_and_refuses_other_schemes():
@@ -55,7 +60,7 @@ def test_the_ledger_follows_the_tables_onto_an_object_store_and_refuses_other_sc
     settings = load_settings({"SLICEWISE_LAKEHOUSE": "s3a://bucket/lakehouse"})
     ledger = Ledger(settings.ledger_dir, settings.topic)
     assert isinstance(ledger.store, ObjectStore)
-    assert str(ledger.store) == "s3a://bucket/lakehouse/_ledger/events"
+    assert str(ledger.store) == "s3a://bucket/lakehouse/events/_ledger/events"
     assert isinstance(Ledger("file:///data/lh/_ledger", "events").store, LocalFolder)
     with pytest.raises(ConfigError, match="set SLICEWISE_LEDGER_DIR"):
         Ledger("hdfs://namenode/lakehouse/_ledger", settings.topic)

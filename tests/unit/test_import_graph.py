@@ -21,9 +21,9 @@ DEV_STACK = INCLUDE / "slicewise_dev"
 LAYERS: list[set[str]] = [
     {"slicewise", "errors", "slices", "holds", "tables", "gate_engine", "kafka"},
     {"freshness"},
-    {"kafka.security"},
+    {"kafka.security", "pipelines"},
     {"config"},
-    {"store"},
+    {"store", "contract"},
     {"faults", "spark", "kafka.offsets", "ledger", "transforms"},
     {"planner"},  # the data path, in its order
     {"bronze"},

@@ -16,11 +16,14 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
+from slicewise.contract import parse_events, reasons
+from slicewise.pipelines import load_pipelines
 from slicewise.tables import BRONZE
-from slicewise.transforms import REASONS, dedup_within, parse_events, quarantined, valid_events
+from slicewise.transforms import dedup_within, quarantined, valid_events
 
 MAX_VALUE_BYTES = 512
 TS = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+EVENTS = load_pipelines()["events"]  # the example definition: the demo's contract
 BATCHES = settings(
     max_examples=25,
     deadline=None,
@@ -57,13 +60,16 @@ valid_docs = st.fixed_dictionaries(
 # Each defect, and the reason the contract gives it.
 defects = st.sampled_from(
     [
-        (lambda d: {k: v for k, v in d.items() if k != "event_id"}, "missing_event_id"),
-        (lambda d: {**d, "event_id": 42}, "non_string_event_id"),
-        (lambda d: {**d, "event_id": "   "}, "blank_event_id"),
-        (lambda d: {**d, "event_type": ""}, "invalid_event_type"),
-        (lambda d: {k: v for k, v in d.items() if k != "occurred_at"}, "missing_occurred_at"),
-        (lambda d: {**d, "occurred_at": "2026-11-01T10:15:00"}, "invalid_occurred_at"),  # no zone
-        (lambda d: {**d, "payload": [1, 2]}, "invalid_payload"),
+        (lambda d: {k: v for k, v in d.items() if k != "event_id"}, "missing:event_id"),
+        (lambda d: {**d, "event_id": 42}, "wrong_type:event_id"),
+        (lambda d: {**d, "event_id": "   "}, "blank:event_id"),
+        (lambda d: {**d, "event_type": ""}, "blank:event_type"),
+        (lambda d: {k: v for k, v in d.items() if k != "occurred_at"}, "missing:occurred_at"),
+        (
+            lambda d: {**d, "occurred_at": "2026-11-01T10:15:00"},
+            "unparseable_time:occurred_at",
+        ),  # no zone
+        (lambda d: {**d, "payload": [1, 2]}, "wrong_type:payload"),
     ]
 )
 
@@ -78,7 +84,7 @@ def records(draw) -> tuple[bytes, str | None, str | None]:
     if kind == "blank":  # an id or type of nothing but whitespace, of any kind
         doc, field = draw(valid_docs), draw(st.sampled_from(["event_id", "event_type"]))
         doc[field] = draw(st.text(alphabet=WHITESPACE_CHARS, max_size=4))
-        reason = "blank_event_id" if field == "event_id" else "invalid_event_type"
+        reason = f"blank:{field}"
         return json.dumps(doc).encode(), reason, None
     if kind == "defect":
         doc, (mutate, reason) = draw(valid_docs), draw(defects)
@@ -97,14 +103,14 @@ def bronze_of(spark, values: list[tuple[int, int, bytes]]):
 @given(batch=st.lists(records(), min_size=1, max_size=40))
 def test_every_record_is_a_valid_event_or_quarantined_with_a_reason(spark, batch):
     parsed = parse_events(
-        bronze_of(spark, [(0, i, v) for i, (v, _, _) in enumerate(batch)]), MAX_VALUE_BYTES
+        bronze_of(spark, [(0, i, v) for i, (v, _, _) in enumerate(batch)]), EVENTS, MAX_VALUE_BYTES
     )
-    good = {r.kafka_offset: r for r in valid_events(parsed).collect()}
+    good = {r.kafka_offset: r for r in valid_events(parsed, EVENTS).collect()}
     bad = {r.offset: r.reason for r in quarantined(parsed).collect()}
 
     assert not good.keys() & bad.keys()  # never both
     assert good.keys() | bad.keys() == set(range(len(batch)))  # nothing lost
-    assert set(bad.values()) <= set(REASONS)
+    assert set(bad.values()) <= set(reasons(EVENTS))
     for offset, row in good.items():  # what passes really meets the contract
         doc = json.loads(batch[offset][0])
         assert isinstance(doc["event_id"], str) and not WHITESPACE.fullmatch(doc["event_id"])
@@ -140,16 +146,16 @@ def test_dedup_keeps_the_lowest_position_is_idempotent_and_order_independent(spa
             )
             for (p, o), e in rows
         ]
-        return valid_events(parse_events(bronze_of(spark, values), MAX_VALUE_BYTES))
+        return valid_events(parse_events(bronze_of(spark, values), EVENTS, MAX_VALUE_BYTES), EVENTS)
 
-    once = dedup_within(events(batch))
+    once = dedup_within(events(batch), EVENTS)
     survivors = {r.event_id: (r.kafka_partition, r.kafka_offset) for r in once.collect()}
     expected: dict[str, tuple[int, int]] = {}
     for position, event_id in batch:
         expected[event_id] = min(expected.get(event_id, position), position)
     assert survivors == expected
-    assertDataFrameEqual(dedup_within(once), once)
+    assertDataFrameEqual(dedup_within(once, EVENTS), once)
     shuffled = list(batch)
     random.Random(seed).shuffle(shuffled)
-    assertDataFrameEqual(dedup_within(events(shuffled)), once)
+    assertDataFrameEqual(dedup_within(events(shuffled), EVENTS), once)
     assert once.groupBy("event_id").count().where(F.col("count") > 1).count() == 0

@@ -7,13 +7,14 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
+from slicewise.contract import parse_events
+from slicewise.pipelines import load_pipelines
 from slicewise.tables import BRONZE
 from slicewise.transforms import (
     dedup_within,
     event_date_span,
     events_per_hour,
     horizon_window,
-    parse_events,
     quarantined,
     slice_ids,
     survivors,
@@ -22,6 +23,7 @@ from slicewise.transforms import (
 )
 
 TS = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+EVENTS = load_pipelines()["events"]  # the example definition: the demo's contract
 
 
 def event(event_id, **overrides):
@@ -49,41 +51,41 @@ MALFORMED = [
     (b'"just a string"', "not_an_object"),
     (
         json.dumps({"event_type": "click", "occurred_at": "2026-11-01T10:15:00Z"}).encode(),
-        "missing_event_id",
+        "missing:event_id",
     ),
-    (event(None), "missing_event_id"),
-    (event(42), "non_string_event_id"),
-    (event("   "), "blank_event_id"),
-    (event("\t\u3000"), "blank_event_id"),  # any Unicode whitespace, not only spaces
-    (event("e-9", event_type="\n"), "invalid_event_type"),
-    (event("e-9", event_type=7), "invalid_event_type"),
-    (event("e-9", occurred_at=None), "missing_occurred_at"),
-    (event("e-9", occurred_at="2026-11-01 10:15"), "invalid_occurred_at"),
-    (event("e-9", occurred_at="2026-11-01T10:15:00"), "invalid_occurred_at"),  # no zone
-    (event("e-9", payload=[1]), "invalid_payload"),
+    (event(None), "missing:event_id"),
+    (event(42), "wrong_type:event_id"),
+    (event("   "), "blank:event_id"),
+    (event("\t\u3000"), "blank:event_id"),  # any Unicode whitespace, not only spaces
+    (event("e-9", event_type="\n"), "blank:event_type"),
+    (event("e-9", event_type=7), "wrong_type:event_type"),
+    (event("e-9", occurred_at=None), "missing:occurred_at"),
+    (event("e-9", occurred_at="2026-11-01 10:15"), "unparseable_time:occurred_at"),
+    (event("e-9", occurred_at="2026-11-01T10:15:00"), "unparseable_time:occurred_at"),  # no zone
+    (event("e-9", payload=[1]), "wrong_type:payload"),
 ]
 
 
 @pytest.mark.parametrize(("value", "reason"), MALFORMED, ids=[r for _, r in MALFORMED])
 def test_each_malformed_kind_gets_its_reason(spark, value, reason):
-    parsed = parse_events(bronze_rows(spark, [(0, 7, value)]), max_value_bytes=512)
+    parsed = parse_events(bronze_rows(spark, [(0, 7, value)]), EVENTS, 512)
     got = quarantined(parsed).select("partition", "offset", "value", "reason", "slice_id")
     expected = spark.createDataFrame([(0, 7, value, reason, "s1")], got.schema)
     assertDataFrameEqual(got, expected)
-    assert valid_events(parsed).count() == 0
+    assert valid_events(parsed, EVENTS).count() == 0
 
 
 def test_valid_event_parses_to_silver_columns(spark):
     value = event("e-1", occurred_at="2026-11-01T23:30:00.250+02:00", extra_field="ignored")
-    got = valid_events(parse_events(bronze_rows(spark, [(1, 3, value)]), 1024))
+    got = valid_events(parse_events(bronze_rows(spark, [(1, 3, value)]), EVENTS, 1024), EVENTS)
     expected = spark.createDataFrame(
         [
             (
                 "e-1",
                 "click",
                 datetime(2026, 11, 1, 21, 30, 0, 250000, tzinfo=UTC),
-                date(2026, 11, 1),
                 '{"n":1}',
+                date(2026, 11, 1),
                 1,
                 3,
                 TS,
@@ -93,7 +95,7 @@ def test_valid_event_parses_to_silver_columns(spark):
         got.schema,
     )
     assertDataFrameEqual(got, expected)
-    assert quarantined(parse_events(bronze_rows(spark, [(1, 3, value)]), 1024)).count() == 0
+    assert quarantined(parse_events(bronze_rows(spark, [(1, 3, value)]), EVENTS, 1024)).count() == 0
 
 
 def test_dedup_keeps_lowest_kafka_position_across_partitions(spark):
@@ -104,7 +106,9 @@ def test_dedup_keeps_lowest_kafka_position_across_partitions(spark):
         (0, 5, event("b")),
         (2, 0, event("c")),
     ]
-    got = dedup_within(valid_events(parse_events(bronze_rows(spark, rows), 1024)))
+    got = dedup_within(
+        valid_events(parse_events(bronze_rows(spark, rows), EVENTS, 1024), EVENTS), EVENTS
+    )
     assertDataFrameEqual(
         got.select("event_id", "kafka_partition", "kafka_offset"),
         spark.createDataFrame(
@@ -116,10 +120,10 @@ def test_dedup_keeps_lowest_kafka_position_across_partitions(spark):
 
 def test_dedup_is_idempotent_and_order_independent(spark):
     rows = [(p, o, event(f"id-{(p * 7 + o) % 5}")) for p in range(3) for o in range(6)]
-    events = valid_events(parse_events(bronze_rows(spark, rows), 1024))
-    once = dedup_within(events)
-    assertDataFrameEqual(dedup_within(once), once)
-    assertDataFrameEqual(dedup_within(events.orderBy(F.rand(7))), once)
+    events = valid_events(parse_events(bronze_rows(spark, rows), EVENTS, 1024), EVENTS)
+    once = dedup_within(events, EVENTS)
+    assertDataFrameEqual(dedup_within(once, EVENTS), once)
+    assertDataFrameEqual(dedup_within(events.orderBy(F.rand(7)), EVENTS), once)
 
 
 def test_slice_ids_count_copies_and_keep_the_survivors_date(spark):
@@ -129,7 +133,12 @@ def test_slice_ids_count_copies_and_keep_the_survivors_date(spark):
         (0, 4, event("b")),
         (2, 0, b"{not json"),  # quarantined: no id
     ]
-    ids = slice_ids(survivors(valid_events(parse_events(bronze_rows(spark, rows), 1024))))
+    ids = slice_ids(
+        survivors(
+            valid_events(parse_events(bronze_rows(spark, rows), EVENTS, 1024), EVENTS), EVENTS
+        ),
+        EVENTS,
+    )
     assertDataFrameEqual(
         ids,
         spark.createDataFrame(
@@ -160,7 +169,9 @@ def test_events_per_hour_counts_by_hour_and_type_within_the_hours(spark):
     silver = spark.createDataFrame(
         rows, "event_id string, event_type string, occurred_at timestamp"
     )
-    got = events_per_hour(silver, ("2026-11-01 00:00:00", "2026-11-01 23:00:00"))
+    got = events_per_hour(
+        silver, ("2026-11-01 00:00:00", "2026-11-01 23:00:00"), "occurred_at", ("event_type",)
+    )
     assertDataFrameEqual(
         got,
         spark.createDataFrame(

@@ -1,0 +1,178 @@
+"""Kafka -> bronze -> silver -> gate -> publish, one frozen slice per data interval:
+one DAG, `slicewise_<name>`, per pipeline declared in pipelines.yaml.
+
+This file only wires tasks. Its one read is the definition file (small, local, cached
+by modification time), as any config-driven DAG file does; no heavy imports, no
+network at parse time.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import DAG, BaseOperator, CronDataIntervalTimetable, Param, task
+
+from slicewise.assets import silver_asset
+from slicewise.config import grace_seconds, schedule, spark_mode
+from slicewise.operators import (
+    IntervalClosedSensor,
+    SliceSparkConnectOperator,
+    SliceSparkSubmitOperator,
+)
+from slicewise.pipelines import Pipeline, load_pipelines
+from slicewise.spark import static_conf
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+JOBS = os.path.join(REPO, "spark_jobs")
+SLICE_ID = "{{ ti.xcom_pull(task_ids='plan') }}"
+
+
+def _spark_jars() -> str:
+    """Resolved when the task runs (a template macro), never while the DAG is parsed."""
+    from slicewise.spark import jars_arg
+
+    return jars_arg()
+
+
+def spark_step(pipeline: str, step: str, extra_args: list[str] | None = None) -> BaseOperator:
+    """A Spark step: a client of the Spark Connect server (spark_connect_default), or a
+    spark-submit application (spark_default: local[*], a cluster, YARN, Kubernetes).
+    Only the connections say where; the steps and their arguments are the same."""
+    argv = ["--pipeline", pipeline, "--slice-id", SLICE_ID, *(extra_args or [])]
+    if spark_mode() == "connect":
+        return SliceSparkConnectOperator(
+            task_id=step, step=step, argv=argv, conn_id="spark_connect_default"
+        )
+    return SliceSparkSubmitOperator(
+        task_id=step,
+        conn_id="spark_default",
+        application=os.path.join(JOBS, f"{step}.py"),
+        application_args=argv,
+        conf={**static_conf(), "spark.jars": "{{ slicewise_spark_jars() }}"},
+        name=f"slicewise-{pipeline}-{step}-{{{{ data_interval_start | ts_nodash }}}}",
+    )
+
+
+DOC = """
+### slicewise: exactly-once Kafka → Delta, pipeline `{name}`
+
+{description}
+
+Topic `{topic}`, deduplicated on ({key}), event time `{event_time}`; declared in
+pipelines.yaml (docs/PIPELINES.md).
+
+Each run owns one **slice**: for every partition, the offsets between the
+boundaries of its data interval. Boundaries are resolved once (capped at the
+last stable offset, so no open transaction is cut) and stored in the offset
+ledger; retries, cleared tasks and backfills read exactly the same offsets.
+
+1. `wait_for_interval_close` – deferrable; waits for interval end + grace.
+2. `plan` – freezes the slice in the ledger.
+3. `bronze` – Spark reads the slice (read_committed) into bronze, exactly once.
+4. `silver` – parse, quarantine bad records, dedup, MERGE on the key.
+5. `gate` – Great Expectations; a failure stops the run before publication.
+6. `publish` – rebuild gold for the hours touched; `announce` emits the
+   `{asset}` Asset event once per slice.
+
+Every task is safe to clear and re-run. Params: `accept_data_loss` (after a
+data-loss report, ingest what Kafka still retains; logged), and
+`reprocess_from_bronze` (re-parse the slice's bronze rows with today's rules,
+e.g. after a parser fix; replays its quarantine). See docs/RUNBOOK.md.
+"""
+
+
+def pipeline_dag(pipeline: Pipeline) -> DAG:
+    """The DAG of one declared pipeline."""
+    silver_events = silver_asset(pipeline.name)
+    doc = DOC.format(
+        name=pipeline.name,
+        description=pipeline.description,
+        topic=pipeline.topic,
+        key=", ".join(f"`{k}`" for k in pipeline.key),
+        event_time=pipeline.event_time,
+        asset=silver_events.name,
+    )
+    with DAG(
+        dag_id=pipeline.dag_id,
+        schedule=CronDataIntervalTimetable(schedule(), timezone="UTC"),
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        max_active_runs=4,
+        doc_md=doc,
+        tags=["slicewise", "kafka", "delta", pipeline.name],
+        user_defined_macros={"slicewise_spark_jars": _spark_jars},
+        default_args={
+            "owner": "data-platform",
+            "retries": 3,
+            "retry_delay": timedelta(seconds=30),
+            "retry_exponential_backoff": True,
+            "max_retry_delay": timedelta(minutes=10),
+        },
+        params={
+            "accept_data_loss": Param(
+                False,
+                type="boolean",
+                title="Accept data loss",
+                description="Only after a DATA LOSS report: ingest what Kafka still retains. Logged in the ledger.",
+            ),
+            "reprocess_from_bronze": Param(
+                False,
+                type="boolean",
+                title="Reprocess from bronze",
+                description="Re-parse this slice's bronze rows (e.g. after a parser fix) instead of the normal silver step.",
+            ),
+        },
+    ) as dag:
+        wait = IntervalClosedSensor(
+            task_id="wait_for_interval_close",
+            target_time="{{ data_interval_end + macros.timedelta(seconds="
+            + str(grace_seconds())
+            + ") }}",
+        )
+
+        @task
+        def plan(data_interval_start=None, data_interval_end=None, params=None) -> str:
+            from slicewise.operators import task_settings
+            from slicewise.planner import plan_slice
+
+            sl = plan_slice(
+                task_settings(pipeline.name),
+                data_interval_start,
+                data_interval_end,
+                accept_data_loss=bool(params["accept_data_loss"]),
+            )
+            print(sl.describe())
+            return sl.slice_id
+
+        @task(inlets=[silver_events], outlets=[silver_events])
+        def announce(
+            slice_id: str, data_interval_end=None, inlet_events=None, outlet_events=None
+        ) -> None:
+            """Emit the silver Asset event once per slice; a re-run is skipped."""
+            from slicewise.assets import announce as announce_slice
+
+            announce_slice(pipeline.name, slice_id, data_interval_end, inlet_events, outlet_events)
+
+        planned = plan()
+        bronze = spark_step(
+            pipeline.name, "bronze", ["--accept-data-loss", "{{ params.accept_data_loss | lower }}"]
+        )
+        silver = spark_step(
+            pipeline.name,
+            "silver",
+            ["--reprocess-from-bronze", "{{ params.reprocess_from_bronze | lower }}"],
+        )
+        gate = spark_step(pipeline.name, "gate")
+        # A failed gate is a finding about the data, not a transient error: one retry
+        # covers a crashed driver, more would only delay the alert. On-call clears the
+        # task once the cause is fixed.
+        gate.retries = 1
+        publish = spark_step(pipeline.name, "publish")
+        wait >> planned >> bronze >> silver >> gate >> publish >> announce(planned)
+    return dag
+
+
+for _pipeline in load_pipelines().values():
+    globals()[_pipeline.dag_id] = pipeline_dag(_pipeline)

@@ -1,0 +1,337 @@
+"""Pipeline definitions: the user's topics, keys, schemas and event times, from one file.
+
+A definition file (`pipelines.yaml` at the repository root by default, or the file
+named by SLICEWISE_PIPELINES_FILE) declares one pipeline per topic: its dedup key,
+event-time field, fields and their types, dedup horizon, survivor rule, extra gate
+expectations and gold aggregation. Each becomes one Airflow DAG, with its own
+tables, offset ledger, Asset and Data Docs (docs/PIPELINES.md).
+
+Loading is pure and cheap (YAML + pydantic, no Spark): DAG files call it while they
+are parsed. A mistake fails with a `PipelineDefinitionError` naming the file, the
+line and the key, and what is expected there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from slicewise.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_FILE = REPO_ROOT / "pipelines.yaml"
+
+FieldType = Literal[
+    "string", "integer", "number", "boolean", "timestamp", "date", "object", "array"
+]
+# Types a dedup key or a survivor's ordering field may have: scalars that compare.
+SCALAR_TYPES = ("string", "integer", "number", "boolean", "timestamp", "date")
+ORDERABLE_TYPES = ("integer", "number", "timestamp", "date", "string")
+# Event-time formats besides a Spark datetime pattern: numbers since the epoch.
+EPOCH_FORMATS = ("epoch_seconds", "epoch_millis")
+# Columns every silver table has besides the declared fields.
+SYSTEM_COLUMNS = (
+    "event_date",
+    "kafka_partition",
+    "kafka_offset",
+    "kafka_timestamp",
+    "slice_id",
+    "copies",
+    "reason",
+)
+NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SEGMENT = re.compile(r"^[^.'\[\]\s]+$")
+
+
+class PipelineDefinitionError(ConfigError):
+    """A definition file that cannot be used; the message names file, line and key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FieldSpec(_Strict):
+    """One field of the event: a JSON path (dots for nesting) and what it must hold."""
+
+    type: FieldType
+    required: bool = False
+    allowed: tuple[str | int | float | bool, ...] | None = Field(default=None, min_length=1)
+    allow_blank: bool = False  # strings: may a present value be empty or whitespace?
+    # timestamp/date: a Spark datetime pattern, or epoch_seconds / epoch_millis (numbers).
+    format: str | None = None
+    column: str | None = None  # silver's column; default: the path with '_' for '.'
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FieldSpec:
+        if self.format is not None and self.type not in ("timestamp", "date"):
+            raise ValueError(f"format applies to timestamp and date fields, not {self.type}")
+        if self.allowed is not None and self.type not in ("string", "integer", "number", "boolean"):
+            raise ValueError(f"allowed values apply to scalar fields, not {self.type}")
+        if self.allowed is not None:
+            kinds = {
+                "string": (str,),
+                "integer": (int,),
+                "number": (int, float),
+                "boolean": (bool,),
+            }
+            wanted = kinds[self.type]
+            for value in self.allowed:
+                if not isinstance(value, wanted) or (
+                    self.type != "boolean" and isinstance(value, bool)
+                ):
+                    raise ValueError(f"allowed value {value!r} is not a {self.type}")
+        if self.allow_blank and self.type != "string":
+            raise ValueError("allow_blank applies to string fields only")
+        if self.column is not None and not COLUMN.match(self.column):
+            raise ValueError(
+                f"column {self.column!r} is not a plain column name (letters, digits, _)"
+            )
+        return self
+
+
+class Survivor(_Strict):
+    """Which copy of a key silver keeps: by default the lowest Kafka position; with
+    `order_by`, the copy with the highest (or lowest) value of that field, ties
+    broken by the lowest Kafka position. Either way the choice depends on the copies
+    only, never on the order slices run in."""
+
+    order_by: str
+    keep: Literal["highest", "lowest"] = "highest"
+
+
+class Gold(_Strict):
+    """Gold: events per UTC hour of the event time and these fields."""
+
+    group_by: tuple[str, ...] = ()
+
+
+class Pipeline(_Strict):
+    """One declared pipeline (its name is its key in the file)."""
+
+    name: str = ""
+    description: str = ""
+    topic: str = Field(min_length=1)
+    tables: str | None = None  # folder of its tables and ledger under the lakehouse
+    key: tuple[str, ...] = Field(min_length=1)
+    event_time: str
+    fields: dict[str, FieldSpec] = Field(min_length=1)
+    horizon_days: int = Field(default=7, ge=0)
+    survivor: Survivor | None = None
+    expectations: tuple[dict[str, dict[str, Any]], ...] = ()
+    gold: Gold | None = None
+
+    @field_validator("fields")
+    @classmethod
+    def _paths(cls, fields: dict[str, FieldSpec]) -> dict[str, FieldSpec]:
+        for path in fields:
+            if not all(SEGMENT.match(s) for s in path.split(".")):
+                raise ValueError(
+                    f"field path {path!r}: use names joined by dots for nesting (a.b.c), "
+                    "without quotes, brackets or spaces"
+                )
+        return fields
+
+    @field_validator("expectations")
+    @classmethod
+    def _expectations(
+        cls, expectations: tuple[dict[str, dict[str, Any]], ...]
+    ) -> tuple[dict[str, dict[str, Any]], ...]:
+        for i, item in enumerate(expectations):
+            if len(item) != 1:
+                raise ValueError(
+                    f"expectations[{i}]: one Great Expectations name per item, with its "
+                    "arguments, e.g. - expect_column_values_to_be_in_set: {column: x, value_set: [a]}"
+                )
+            (name,) = item
+            if not re.match(r"^expect_[a-z0-9_]+$", name):
+                raise ValueError(
+                    f"expectations[{i}]: {name!r} is not a Great Expectations name "
+                    "(expect_..., snake case)"
+                )
+        return expectations
+
+    @model_validator(mode="after")
+    def _references(self) -> Pipeline:
+        declared = self.fields
+        for i, path in enumerate(self.key):
+            spec = declared.get(path)
+            if spec is None:
+                raise ValueError(
+                    f"key[{i}]: {path!r} is not a declared field; declare it under fields"
+                )
+            if not spec.required or spec.type not in SCALAR_TYPES:
+                raise ValueError(
+                    f"key[{i}]: {path!r} must be a required field of a scalar type "
+                    f"({', '.join(SCALAR_TYPES)})"
+                )
+        if len(set(self.key)) != len(self.key):
+            raise ValueError("key: a field is listed twice")
+        spec = declared.get(self.event_time)
+        if spec is None or spec.type not in ("timestamp", "date") or not spec.required:
+            raise ValueError(
+                f"event_time: {self.event_time!r} must be a declared, required field of type "
+                "timestamp (or date)"
+            )
+        if self.survivor is not None:
+            spec = declared.get(self.survivor.order_by)
+            if spec is None or not spec.required or spec.type not in ORDERABLE_TYPES:
+                raise ValueError(
+                    f"survivor.order_by: {self.survivor.order_by!r} must be a declared, "
+                    f"required field of an ordered type ({', '.join(ORDERABLE_TYPES)})"
+                )
+        if self.gold is not None:
+            for i, path in enumerate(self.gold.group_by):
+                if path not in declared:
+                    raise ValueError(f"gold.group_by[{i}]: {path!r} is not a declared field")
+        columns = [self.column_of(path) for path in declared]
+        for column in columns:
+            if column in SYSTEM_COLUMNS:
+                raise ValueError(
+                    f"fields: column {column!r} is one silver adds itself; set `column:` to "
+                    "another name"
+                )
+            if columns.count(column) > 1:
+                raise ValueError(
+                    f"fields: two fields map to column {column!r}; set `column:` on one"
+                )
+        if self.tables is not None and not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_./-]*$", self.tables):
+            raise ValueError(f"tables: {self.tables!r} is not a relative folder name")
+        return self
+
+    def column_of(self, path: str) -> str:
+        """Silver's column for a declared field."""
+        return self.fields[path].column or path.replace(".", "_")
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        return tuple(self.column_of(p) for p in self.key)
+
+    @property
+    def tables_folder(self) -> str:
+        return self.name if self.tables is None else self.tables
+
+    @property
+    def dag_id(self) -> str:
+        return f"slicewise_{self.name}"
+
+
+class PipelinesFile(_Strict):
+    pipelines: dict[str, Pipeline] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, data: Any) -> Any:
+        # Each pipeline knows its own name (its key in the file).
+        if isinstance(data, dict) and isinstance(data.get("pipelines"), dict):
+            data = dict(data)
+            data["pipelines"] = {
+                name: {**spec, "name": name} if isinstance(spec, dict) else spec
+                for name, spec in data["pipelines"].items()
+            }
+        return data
+
+    @field_validator("pipelines")
+    @classmethod
+    def _names(cls, pipelines: dict[str, Pipeline]) -> dict[str, Pipeline]:
+        for name in pipelines:
+            if not NAME.match(name):
+                raise ValueError(
+                    f"pipeline name {name!r}: use lower-case letters, digits and _ "
+                    "(it becomes the DAG id slicewise_<name>)"
+                )
+        folders = [p.tables_folder for p in pipelines.values()]
+        for folder in folders:
+            if folders.count(folder) > 1:
+                raise ValueError(f"two pipelines keep their tables in {folder!r}; set `tables:`")
+        return pipelines
+
+
+def definitions_file(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    raw = env.get("SLICEWISE_PIPELINES_FILE", "").strip()
+    return Path(raw).expanduser() if raw else DEFAULT_FILE
+
+
+def load_pipelines(path: Path | str | None = None) -> dict[str, Pipeline]:
+    """The pipelines a definition file declares, by name, in the file's order."""
+    path = Path(path) if path is not None else definitions_file()
+    return _load(path.resolve(), path.stat().st_mtime_ns if path.exists() else 0)
+
+
+@lru_cache(maxsize=8)
+def _load(path: Path, _mtime: int) -> dict[str, Pipeline]:
+    if not path.exists():
+        raise PipelineDefinitionError(
+            f"{path}: no pipeline definition file here; create it (see docs/PIPELINES.md) or "
+            "set SLICEWISE_PIPELINES_FILE to yours."
+        )
+    text = path.read_text()
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise PipelineDefinitionError(f"{where}: not valid YAML: {exc}") from None
+    try:
+        return dict(PipelinesFile.model_validate(data or {}).pipelines)
+    except ValidationError as exc:
+        raise PipelineDefinitionError(_describe(path, node, exc)) from None
+
+
+def _describe(path: Path, root: yaml.Node | None, exc: ValidationError) -> str:
+    lines = [f"{path}: {exc.error_count()} problem(s) in the pipeline definitions:"]
+    for error in exc.errors():
+        loc = [p for p in error["loc"] if not str(p).startswith(("function-", "tagged-union"))]
+        key = ".".join(str(p) for p in loc) or "(top level)"
+        line = _line_of(root, loc)
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown key (a typo?)"
+        elif error["type"] == "missing":
+            message = "required key is missing"
+        lines.append(f"  {path.name}:{line} {key}: {message}")
+    return "\n".join(lines)
+
+
+def _line_of(node: yaml.Node | None, loc: list[Any]) -> int:
+    """The 1-based line of the YAML node at `loc` (or of its deepest existing parent)."""
+    line = 1 if node is None else node.start_mark.line + 1
+    for part in loc:
+        child = None
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == str(part):
+                    child = value
+                    line = key.start_mark.line + 1
+                    break
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part < len(node.value):
+                child = node.value[part]
+                line = child.start_mark.line + 1
+        if child is None:
+            break
+        node = child
+    return line
+
+
+def pipeline_named(name: str | None, path: Path | str | None = None) -> Pipeline:
+    """The named pipeline, or the file's first one when no name is given."""
+    pipelines = load_pipelines(path)
+    if not name:
+        return next(iter(pipelines.values()))
+    if name not in pipelines:
+        raise PipelineDefinitionError(
+            f"pipeline {name!r} is not defined in {path or definitions_file()} (defined: "
+            f"{', '.join(pipelines)}); set SLICEWISE_PIPELINE or --pipeline to one of them."
+        )
+    return pipelines[name]
