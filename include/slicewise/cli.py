@@ -209,11 +209,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def check_pipelines(path: str | None) -> int:
     """Validate every definition (Great Expectations names included) and list them."""
-    from slicewise.gate import declared_expectations
     from slicewise.pipelines import definitions_file, load_pipelines
 
     where = path or definitions_file()
     pipelines = load_pipelines(where)
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)  # its import is chatty
+    from slicewise.gate import declared_expectations  # Great Expectations: a slow import
+
     for p in pipelines.values():
         declared_expectations(p)
         print(

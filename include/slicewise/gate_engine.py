@@ -18,6 +18,9 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")  # before GX is imported: no telemetry
+# Before the import too: importing GX logs hundreds of INFO lines about its own decorators.
+if logging.getLogger("great_expectations").level == logging.NOTSET:  # keep an explicit app choice
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
 
 import great_expectations as gx  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -30,9 +33,6 @@ from great_expectations.data_context.types.base import (  # noqa: E402
 )
 from great_expectations.expectations import Expectation  # noqa: E402
 from pyspark.sql import DataFrame  # noqa: E402
-
-if logging.getLogger("great_expectations").level == logging.NOTSET:  # keep an explicit app choice
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)
 
 SITE_NAME = "local_site"
 SAMPLE_SIZE = 20  # offending values kept per failed expectation

@@ -15,6 +15,7 @@ rows it replaces instead of rewriting every file that holds a matched row.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -88,10 +89,14 @@ def ensure_silver(spark: SparkSession, path: str, pipeline: Pipeline) -> None:
     schema = silver_schema(pipeline)
     if properties is None:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS {delta_ref(path)} ({columns}) USING delta "
-            f"PARTITIONED BY (event_date) TBLPROPERTIES ({wanted})"
-        ).collect()
+        try:
+            spark.sql(
+                f"CREATE TABLE IF NOT EXISTS {delta_ref(path)} ({columns}) USING delta "
+                f"PARTITIONED BY (event_date) TBLPROPERTIES ({wanted})"
+            ).collect()
+        except Exception as exc:
+            if not _racer_creating(spark, path, exc):
+                raise
         return
     if any(properties.get(k) != v for k, v in SILVER_PROPERTIES.items()):
         log.info("silver at %s: setting %s", path, wanted)
@@ -101,6 +106,21 @@ def ensure_silver(spark: SparkSession, path: str, pipeline: Pipeline) -> None:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in added)
         log.info("silver at %s: adding columns %s", path, columns)
         spark.sql(f"ALTER TABLE {delta_ref(path)} ADD COLUMNS ({columns})").collect()
+
+
+def _racer_creating(spark: SparkSession, path: str, exc: Exception) -> bool:
+    """Did `exc` come from a concurrent attempt creating the same table? On an object
+    store a racer's first files can be listed before its first commit reads as a
+    table, and CREATE TABLE then refuses the "non-empty location". A second look
+    finds the racer's table; a folder that stays non-Delta is a real error."""
+    if "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION" not in str(exc):
+        return False
+    for _ in range(5):
+        time.sleep(1)
+        if table_properties(spark, path) is not None:
+            log.info("silver at %s: created by a concurrent attempt", path)
+            return True
+    return False
 
 
 def evolve(stored: StructType, wanted: StructType, pipeline: str) -> list[StructField]:

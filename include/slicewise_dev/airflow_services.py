@@ -58,8 +58,15 @@ class Run:
 class AirflowServices:
     """api-server + scheduler (+ triggerer) on the metadata DB of `env`; a context manager."""
 
-    def __init__(self, env: dict[str, str], logs: Path, triggerer: bool = False) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        logs: Path,
+        triggerer: bool = False,
+        dag_ids: tuple[str, ...] = (DAG_ID,),
+    ) -> None:
         (self.port,) = free_ports(1)
+        self.dag_ids = dag_ids
         self.env = {
             **env,
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
@@ -87,7 +94,8 @@ class AirflowServices:
     def start(self, timeout: float = 180) -> None:
         migrate(self.env)
         airflow(self.env, "dags", "reserialize")  # no dag-processor: the DAGs are parsed once
-        airflow(self.env, "dags", "unpause", DAG_ID)
+        for dag_id in self.dag_ids:
+            airflow(self.env, "dags", "unpause", dag_id)
         self.logs.mkdir(parents=True, exist_ok=True)
         for component in self.components:
             out = open(self.logs / f"airflow-{component[0]}.log", "w")  # noqa: SIM115 - closed in stop()
@@ -121,7 +129,7 @@ class AirflowServices:
             f"{p.name}:\n{p.read_text()[-3000:]}" for p in self.logs.glob("airflow-*.log")
         )
 
-    def runs(self) -> tuple[dict[datetime, Run], bool]:
+    def runs(self, dag_id: str = DAG_ID) -> tuple[dict[datetime, Run], bool]:
         """Every backfill run by logical date; and whether a backfill is still open.
 
         The scheduler closes a backfill a few loops after its last run ends, and Airflow
@@ -133,11 +141,11 @@ class AirflowServices:
                     "SELECT logical_date, state, start_date, end_date FROM dag_run"
                     " WHERE dag_id = :dag AND run_type = 'backfill'"
                 ),
-                {"dag": DAG_ID},
+                {"dag": dag_id},
             ).all()
             still_open = conn.scalar(
                 text("SELECT count(*) FROM backfill WHERE dag_id = :dag AND completed_at IS NULL"),
-                {"dag": DAG_ID},
+                {"dag": dag_id},
             )
         runs = {}
         for at, state, began, ended in rows:
@@ -155,8 +163,11 @@ class AirflowServices:
         on_finished: Callable[[Run], None] | None = None,
         timeout: float = 1500,
         until_closed: bool = True,
+        dag_id: str = DAG_ID,
+        wait: bool = True,
     ) -> dict[datetime, Run]:
-        """Backfill the hourly intervals in [start, end); return once the backfill has completed.
+        """Backfill the hourly intervals in [start, end); return once the backfill has completed
+        (`wait=False`: at once, with no runs; `wait_for_backfill` waits).
 
         The CLI's dates are logical dates (interval starts), both ends included.
         `on_finished(run)` is called once for each run as it ends.
@@ -164,7 +175,7 @@ class AirflowServices:
         for attempt in range(1, 4):
             try:
                 airflow(
-                    self.env, "backfill", "create", "--dag-id", DAG_ID,
+                    self.env, "backfill", "create", "--dag-id", dag_id,
                     "--from-date", start.isoformat(),
                     "--to-date", (end - timedelta(hours=1)).isoformat(),
                     "--reprocess-behavior", reprocess, "--max-active-runs", str(max_active_runs),
@@ -174,10 +185,12 @@ class AirflowServices:
                 # SQLite refuses a write at once (no busy wait) when the scheduler holds the
                 # lock while this command upgrades its read transaction; the command rolled
                 # back, so trying again is safe, unless a backfill did get created.
-                if "database is locked" not in str(exc) or attempt == 3 or self.runs()[1]:
+                if "database is locked" not in str(exc) or attempt == 3 or self.runs(dag_id)[1]:
                     raise
                 time.sleep(2 * attempt)
-        return self.wait_for_backfill(start, end, on_finished, timeout, until_closed)
+        if not wait:
+            return {}
+        return self.wait_for_backfill(start, end, on_finished, timeout, until_closed, dag_id)
 
     def wait_for_backfill(
         self,
@@ -186,6 +199,7 @@ class AirflowServices:
         on_finished: Callable[[Run], None] | None = None,
         timeout: float = 1500,
         until_closed: bool = True,
+        dag_id: str = DAG_ID,
     ) -> dict[datetime, Run]:
         """Wait until the open backfill has completed with a finished run for every hour in
         [start, end) (however it was created: the CLI, the UI); return those runs.
@@ -198,7 +212,7 @@ class AirflowServices:
         told: set[datetime] = set()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            all_runs, still_open = self.runs()
+            all_runs, still_open = self.runs(dag_id)
             runs = {at: run for at, run in all_runs.items() if start <= at < end}
             for at, run in sorted(runs.items()):
                 if run.state in FINISHED and at not in told and on_finished is not None:
@@ -211,7 +225,7 @@ class AirflowServices:
             if not still_open and sorted(runs) != wanted:
                 break  # the backfill closed without creating every run: waiting cannot help
             time.sleep(2)
-        raise RuntimeError(f"backfill did not finish: {self.runs()}\n{self.tail()}")
+        raise RuntimeError(f"backfill did not finish: {self.runs(dag_id)}\n{self.tail()}")
 
     def asset_events(self, topic: str, slice_id: str) -> list[dict]:
         with self.db.connect() as conn:

@@ -21,7 +21,7 @@ def event_value(
     event_type: str = "click",
     payload: dict[str, Any] | None = None,
 ) -> bytes:
-    """A record value that follows the event contract (docs/EVENT_CONTRACT.md)."""
+    """A record value that follows the event contract (docs/PIPELINES.md)."""
     return json.dumps(
         {
             "event_id": event_id,

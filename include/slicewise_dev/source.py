@@ -13,9 +13,15 @@ partition, possibly in a later interval), aborted transactions, long-open
 transactions (opened first, committed after everything else), malformed
 payloads (including fields that changed type), valid events with a field the
 contract does not know (schema drift), and Kafka timestamps skewed away from
-`occurred_at`. The manifest is the yardstick for the pipeline: the event_ids
+`occurred_at`. The manifest is the yardstick for the pipeline: the keys
 committed and valid, the aborted ones, and the exact (partition, offset) of every
 malformed record.
+
+Two shapes of events (`--shape`): `events`, the example pipeline's (a string
+`event_id`), and `orders`, keyed on (`tenant`, `order.id`), a nested field, with
+an epoch-millisecond `created_at` (the definition in docs/PIPELINES.md). In the
+manifest an order's key is `tenant|order_id`; half of the order ids exist under
+two tenants, so a key of the order id alone would merge distinct orders.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import json
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -47,6 +53,51 @@ MALFORMED = [
     b'{"event_id": "t2", "event_type": "x", "occurred_at": "2026-01-01T00:00:00Z", "payload": "s"}',
 ]
 TYPES = ["page_view", "click", "purchase", "signup"]
+STATUSES = ["placed", "paid", "shipped", "cancelled"]
+ORDERS_MALFORMED = [
+    b"{not json",
+    b'{"order": {"id": "x", "amount": 1}, "status": "paid", "created_at": 1795390000000}',
+    b'{"tenant": "t0", "order": {"id": 7, "amount": 1}, "status": "paid", "created_at": 1}',
+    b'{"tenant": "t0", "order": {"id": "x", "amount": 1}, "status": "lost", "created_at": 1}',
+    b'{"tenant": "t0", "order": {"id": "x", "amount": "1"}, "status": "paid", "created_at": 1}',
+    b'{"tenant": "t0", "order": {"id": "x", "amount": 1}, "status": "paid", "created_at": "now"}',
+    b'{"tenant": " ", "order": {"id": "x", "amount": 1}, "status": "paid", "created_at": 1}',
+]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the source's events look like: their key in the manifest, their value."""
+
+    name: str
+    key: Callable[[str, int], str]  # (batch prefix, n) -> the key
+    value: Callable[[str, datetime, random.Random], bytes]
+    malformed: list[bytes]
+
+
+def _event(key: str, at: datetime, rng: random.Random) -> bytes:
+    return event_value(key, at, rng.choice(TYPES), {"n": rng.randint(1, 500)})
+
+
+def _order(key: str, at: datetime, rng: random.Random) -> bytes:
+    tenant, order_id = key.split("|")
+    return json.dumps(
+        {
+            "tenant": tenant,
+            "order": {"id": order_id, "amount": round(rng.uniform(1, 500), 2)},
+            "status": rng.choice(STATUSES),
+            "created_at": int(at.timestamp() * 1000),
+        }
+    ).encode()
+
+
+SHAPES = {
+    "events": Shape("events", lambda prefix, n: f"{prefix}-{n}", _event, MALFORMED),
+    # Two tenants share each order id: only the composite key tells the orders apart.
+    "orders": Shape(
+        "orders", lambda prefix, n: f"t{n % 2}|o-{prefix}-{n // 2}", _order, ORDERS_MALFORMED
+    ),
+}
 
 
 @dataclass
@@ -93,8 +144,10 @@ def produce(
     rate: float = 0.0,
     seed: int = 0,
     batch: int = 50,
+    shape: str = "events",
 ) -> Manifest:
     """Send `events` new events spread over `intervals` hours from `start`; return the oracle."""
+    kind = SHAPES[shape]
     rng = random.Random(seed)
     conf = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka_props}
     ensure_topic(conf, settings.topic, partitions)
@@ -104,7 +157,7 @@ def produce(
 
     def record(event_id: str, at: datetime) -> Record:
         skew = timedelta(minutes=rng.uniform(-1, 1) * faults.skew_minutes)
-        value = event_value(event_id, at, rng.choice(TYPES), {"n": rng.randint(1, 500)})
+        value = kind.value(event_id, at, rng)
         drifted = faults.drift_rate and rng.random() < faults.drift_rate
         if drifted:  # schema drift that stays within the contract: a new field
             value = json.dumps({**json.loads(value), "schema_version": 2}).encode()
@@ -112,7 +165,7 @@ def produce(
             value,
             rng.randrange(partitions),
             at + skew,  # Kafka's timestamp, which decides the slice
-            key=event_id.encode(),
+            key=event_id.encode(),  # an order's Kafka key: tenant|order_id
         )
 
     def at_random(k: int) -> datetime:
@@ -123,7 +176,7 @@ def produce(
 
     late: list[tuple[TxProducer, set[str]]] = []
     for i in range(faults.open_transactions):  # opened first, committed last
-        ids = {f"late-{i}-{j}" for j in range(10)}
+        ids = {kind.key(f"late-{i}", j) for j in range(10)}
         producer = TxProducer(conf, settings.topic, f"source-{run}-late-{i}")
         producer.begin([record(e, at_random(0)) for e in sorted(ids)])
         manifest.records_sent += len(ids)
@@ -133,13 +186,13 @@ def produce(
     per_interval = max(1, events // intervals)
     for k in range(intervals):
         for first in range(0, per_interval, batch):
-            ids = [f"evt-{k}-{n}" for n in range(first, min(first + batch, per_interval))]
+            ids = [kind.key(f"evt-{k}", n) for n in range(first, min(first + batch, per_interval))]
             records = [record(e, at_random(k)) for e in ids]
             repeats = sum(rng.random() < faults.duplicate_rate for _ in ids)
             again = rng.sample(sent, min(repeats, len(sent)))
             records += [record(e, at_random(k)) for e in again]  # same id, later, any partition
             bad = [
-                Record(rng.choice(MALFORMED), rng.randrange(partitions), at_random(k))
+                Record(rng.choice(kind.malformed), rng.randrange(partitions), at_random(k))
                 for _ in ids
                 if rng.random() < faults.malformed_rate
             ]
@@ -181,6 +234,7 @@ def main(argv: Sequence[str] | None = None, settings: Settings | None = None) ->
     parser.add_argument("--skew-minutes", type=int, default=0)
     parser.add_argument("--drift-rate", type=float, default=0.0, help="events with a new field")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="events", help="event shape")
     parser.add_argument("--manifest", type=Path, required=True, help="where to write the oracle")
     args = parser.parse_args(argv)
     settings = settings or load_settings()
@@ -190,7 +244,7 @@ def main(argv: Sequence[str] | None = None, settings: Settings | None = None) ->
     )  # fmt: skip
     manifest = produce(
         settings, args.start, args.intervals, args.events, faults,
-        args.partitions, args.rate, args.seed,
+        args.partitions, args.rate, args.seed, shape=args.shape,
     )  # fmt: skip
     args.manifest.write_text(manifest.to_json())
     print(

@@ -249,10 +249,10 @@ def test_every_malformed_kind_is_quarantined_and_counts_reconcile(spark, pipelin
             "null_value",
             "invalid_json",
             "not_an_object",
-            "missing_event_id",
-            "blank_event_id",
-            "non_string_event_id",
-            "invalid_occurred_at",
+            "missing:event_id",
+            "blank:event_id",
+            "wrong_type:event_id",
+            "unparseable_time:occurred_at",
             "invalid_utf8",
         ]
     )
@@ -411,7 +411,7 @@ def test_a_duplicate_in_silver_fails_the_gate_naming_it(spark, pipeline):
         "expect_column_pair_values_to_be_equal(read, accounted): 1 unexpected, e.g. [(3, 4)]"
         in (message)
     )
-    assert "expect_column_values_to_be_between(duplicate_event_ids)" in message
+    assert "expect_column_values_to_be_between(duplicate_keys)" in message
     assert "expect_column_values_to_be_unique(event_id): 2 unexpected, e.g. ['b']" in message
     gate = Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "gate")
     assert gate["success"] is False and gate["counts"]["inserted"] == 3
