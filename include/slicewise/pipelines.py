@@ -294,7 +294,13 @@ def _describe(path: Path, root: yaml.Node | None, exc: ValidationError) -> str:
         loc = [p for p in error["loc"] if not str(p).startswith(("function-", "tagged-union"))]
         key = ".".join(str(p) for p in loc) or "(top level)"
         line = _line_of(root, loc)
-        message = error["msg"].removeprefix("Value error, ")
+        # In the user's words: a YAML list, not a Python tuple.
+        message = (
+            error["msg"]
+            .removeprefix("Value error, ")
+            .replace("Tuple should", "List should")
+            .replace(" after validation", "")
+        )
         if error["type"] == "extra_forbidden":
             message = "unknown key (a typo?)"
         elif error["type"] == "missing":

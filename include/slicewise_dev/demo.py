@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from slicewise.config import Settings, load_settings
 from slicewise.connect_server import SparkConnectServer, embedded, warm_up
 from slicewise.ledger import Ledger
+from slicewise.pipelines import definitions_file
 from slicewise_dev import source
 from slicewise_dev.airflow_env import airflow_env
 from slicewise_dev.airflow_services import AirflowServices, Run
@@ -113,6 +114,11 @@ def start_engine(server: SparkConnectServer) -> None:
 
 def main() -> int:
     settings = load_settings()
+    say(
+        "pipeline",
+        f"{settings.pipeline.name} from {definitions_file()} (topic {settings.topic}, "
+        f"key {', '.join(settings.pipeline.key)}, DAG {settings.pipeline.dag_id})",
+    )
     say("reset", f"clean demo state in {settings.state_dir}")
     broker = LocalBroker(settings.state_dir, settings.cache_dir)
     broker.stop()
@@ -147,7 +153,8 @@ def main() -> int:
     env = airflow_env(settings)
     env["SLICEWISE_GRACE_SECONDS"] = "0"
     logs = settings.state_dir / "demo-logs"
-    with AirflowServices(env, logs) as services:
+    dag_id = settings.pipeline.dag_id
+    with AirflowServices(env, logs, dag_ids=(dag_id,)) as services:
         say("airflow", f"scheduler and api-server up (SQLite in {env['AIRFLOW_HOME']})")
         engine.join()
         if not server.running():
@@ -155,7 +162,7 @@ def main() -> int:
             return 1
         say(
             "dag",
-            f"backfilling slicewise_events over [{start:%H:%M}, {end:%H:%M}) UTC: "
+            f"backfilling {dag_id} over [{start:%H:%M}, {end:%H:%M}) UTC: "
             f"{INTERVALS} hourly runs, {MAX_ACTIVE_RUNS} at a time ...",
         )
 
@@ -168,7 +175,12 @@ def main() -> int:
             )
 
         runs = services.backfill(
-            start, end, max_active_runs=MAX_ACTIVE_RUNS, on_finished=finished, until_closed=False
+            start,
+            end,
+            max_active_runs=MAX_ACTIVE_RUNS,
+            on_finished=finished,
+            until_closed=False,
+            dag_id=dag_id,
         )
     if any(r.state != "success" for r in runs.values()):
         print(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
+TWO_PIPELINES = Path(__file__).resolve().parents[2] / "docs" / "examples" / "two-pipelines.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -23,9 +24,47 @@ def test_no_import_errors(dagbag):
     assert set(dagbag.dag_ids) == {"slicewise_events", "slicewise_downstream"}
 
 
-@pytest.mark.parametrize("dag_id", ["slicewise_events", "slicewise_downstream"])
-def test_dag_is_documented_owned_tagged_and_retried(dagbag, dag_id):
-    dag = dagbag.get_dag(dag_id)
+@pytest.fixture(scope="module")
+def two_pipelines_dagbag(airflow_db):
+    """The DAGs of the documented two-pipeline file (one DAG per declared pipeline)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SLICEWISE_PIPELINES_FILE", str(TWO_PIPELINES))
+        return DagBag(dag_folder=str(DAGS))
+
+
+def test_one_dag_per_declared_pipeline(two_pipelines_dagbag):
+    bag = two_pipelines_dagbag
+    assert bag.import_errors == {}
+    assert set(bag.dag_ids) == {"slicewise_events", "slicewise_orders", "slicewise_downstream"}
+    orders = bag.get_dag("slicewise_orders")
+    assert "orders" in orders.tags and "`tenant`, `order.id`" in orders.doc_md
+    argv = orders.get_task("silver").op_kwargs["argv"]
+    assert argv[:2] == ["--pipeline", "orders"]
+    [announce] = [t for t in orders.tasks if t.task_id == "announce"]
+    assert [a.name for a in announce.outlets] == ["slicewise_orders_silver"]
+
+
+def test_a_broken_definition_file_is_an_import_error_naming_line_and_key(
+    airflow_db, tmp_path, monkeypatch
+):
+    from airflow.dag_processing.dagbag import DagBag
+
+    broken = tmp_path / "pipelines.yaml"
+    broken.write_text(TWO_PIPELINES.read_text().replace("key: [tenant, order.id]", "key: []"))
+    monkeypatch.setenv("SLICEWISE_PIPELINES_FILE", str(broken))
+    bag = DagBag(dag_folder=str(DAGS))
+    [error] = [e for f, e in bag.import_errors.items() if f.endswith("slicewise_pipelines.py")]
+    assert "pipelines.orders.key: List should have at least 1 item" in error, error
+
+
+ALL_DAGS = ["slicewise_events", "slicewise_orders", "slicewise_downstream"]
+
+
+@pytest.mark.parametrize("dag_id", ALL_DAGS)
+def test_dag_is_documented_owned_tagged_and_retried(two_pipelines_dagbag, dag_id):
+    dag = two_pipelines_dagbag.get_dag(dag_id)
     assert dag.doc_md and "slicewise" in dag.tags
     for t in dag.tasks:
         assert t.owner == "data-platform", t.task_id
@@ -34,8 +73,9 @@ def test_dag_is_documented_owned_tagged_and_retried(dagbag, dag_id):
         assert t.retries >= (1 if t.task_id == "gate" else 2), t.task_id
 
 
-def test_pipeline_order_and_params(dagbag):
-    dag = dagbag.get_dag("slicewise_events")
+@pytest.mark.parametrize("dag_id", ["slicewise_events", "slicewise_orders"])
+def test_pipeline_order_and_params(two_pipelines_dagbag, dag_id):
+    dag = two_pipelines_dagbag.get_dag(dag_id)
     order = ["wait_for_interval_close", "plan", "bronze", "silver", "gate", "publish", "announce"]
     for upstream, downstream in zip(order, order[1:], strict=False):
         assert downstream in dag.get_task(upstream).downstream_task_ids

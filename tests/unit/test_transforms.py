@@ -2,13 +2,14 @@
 
 import json
 from datetime import UTC, date, datetime
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from slicewise.contract import parse_events
-from slicewise.pipelines import load_pipelines
+from slicewise.pipelines import FieldSpec, Survivor, load_pipelines
 from slicewise.tables import BRONZE
 from slicewise.transforms import (
     dedup_within,
@@ -23,6 +24,7 @@ from slicewise.transforms import (
 )
 
 TS = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+REPO = Path(__file__).resolve().parents[2]
 EVENTS = load_pipelines()["events"]  # the example definition: the demo's contract
 
 
@@ -183,3 +185,75 @@ def test_events_per_hour_counts_by_hour_and_type_within_the_hours(spark):
             "hour timestamp, event_type string, events long",
         ),
     )
+
+
+# A second definition (docs/examples/two-pipelines.yaml): a composite key with a nested
+# part, a number, allowed values, an epoch-millisecond event time, an optional field.
+ORDERS = load_pipelines(REPO / "docs" / "examples" / "two-pipelines.yaml")["orders"]
+CREATED = 1793520000000  # 2026-11-01T08:00:00Z in epoch milliseconds
+
+
+def order(**overrides):
+    doc = {
+        "tenant": "t1",
+        "order": {"id": "o-1", "amount": 12.5},
+        "status": "paid",
+        "created_at": CREATED,
+    }
+    doc.update(overrides)
+    return json.dumps(doc).encode()
+
+
+ORDER_DEFECTS = [
+    (order(tenant=None), "missing:tenant"),
+    (order(tenant=" "), "blank:tenant"),
+    (order(tenant=3), "wrong_type:tenant"),
+    (order(order={"amount": 1}), "missing:order.id"),
+    (order(order={"id": 7, "amount": 1}), "wrong_type:order.id"),
+    (order(order={"id": "o", "amount": "1"}), "wrong_type:order.amount"),
+    (order(status="lost"), "not_allowed:status"),
+    (order(created_at="2026-11-01T08:00:00Z"), "wrong_type:created_at"),  # millis declared
+    (order(created_at=10**16), "unparseable_time:created_at"),  # beyond any calendar
+    (order(coupon=5), "wrong_type:coupon"),  # optional, but typed when present
+]
+
+
+@pytest.mark.parametrize(("value", "reason"), ORDER_DEFECTS, ids=[r for _, r in ORDER_DEFECTS])
+def test_each_rule_of_a_definition_gives_its_reason(spark, value, reason):
+    parsed = parse_events(bronze_rows(spark, [(0, 7, value)]), ORDERS, 1024)
+    assert [r.reason for r in quarantined(parsed).collect()] == [reason]
+    assert valid_events(parsed, ORDERS).count() == 0
+
+
+def test_a_nested_composite_key_and_epoch_time_parse_to_silver_columns(spark):
+    values = [(0, 1, order()), (1, 2, order(tenant="t2", coupon="WELCOME"))]
+    got = valid_events(parse_events(bronze_rows(spark, values), ORDERS, 1024), ORDERS)
+    rows = {
+        r.tenant: (r.order_id, r.amount, r.status, r.created_at, r.coupon, r.event_date)
+        for r in got.collect()
+    }
+    at = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
+    assert rows == {
+        "t1": ("o-1", 12.5, "paid", at.replace(tzinfo=None), None, date(2026, 11, 1)),
+        "t2": ("o-1", 12.5, "paid", at.replace(tzinfo=None), "WELCOME", date(2026, 11, 1)),
+    }
+    # Same order id, two tenants: two keys, both survive the dedup.
+    assert dedup_within(got, ORDERS).count() == 2
+
+
+def test_a_survivor_ordered_by_a_field_keeps_the_highest_whatever_the_position(spark):
+    versioned = ORDERS.model_copy(
+        update={
+            "fields": {**ORDERS.fields, "version": FieldSpec(type="integer", required=True)},
+            "survivor": Survivor(order_by="version", keep="highest"),
+        }
+    )
+    values = [
+        (0, 1, order(version=2)),
+        (0, 2, order(version=5)),  # the survivor: highest version, not the lowest offset
+        (2, 0, order(version=5)),  # a tie on version: the lower position wins
+        (1, 0, order(version=1)),
+    ]
+    parsed = parse_events(bronze_rows(spark, values), versioned, 1024)
+    [kept] = dedup_within(valid_events(parsed, versioned), versioned).collect()
+    assert (kept.version, kept.kafka_partition, kept.kafka_offset) == (5, 0, 2)
