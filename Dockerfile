@@ -15,6 +15,9 @@ ENV SLICEWISE_CACHE_DIR=/opt/slicewise/cache \
 
 COPY requirements.txt requirements-dev.txt constraints.txt pyproject.toml ./
 COPY include ./include
+# The pipeline definitions: one DAG per pipeline (mount your own over it, or set
+# SLICEWISE_PIPELINES_FILE).
+COPY pipelines.yaml ./
 RUN pip install --no-cache-dir -r requirements.txt -c constraints.txt -e .
 
 # Delta and the Kafka connector, resolved from Maven Central at build time so

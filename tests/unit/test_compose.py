@@ -72,7 +72,13 @@ def test_kafka_is_configured_like_our_local_broker():
     assert advertised["PLAINTEXT"] == bootstrap
     init = SERVICES["kafka-init"]["command"]
     assert init[init.index("--bootstrap-server") + 1] == bootstrap
-    assert init[init.index("--topic") + 1] == airflow_env("airflow-scheduler")["SLICEWISE_TOPIC"]
+    from slicewise.pipelines import load_pipelines
+
+    # The topic of the image's pipelines.yaml, which the services read (no override).
+    assert "SLICEWISE_TOPIC" not in airflow_env("airflow-scheduler")
+    assert (
+        init[init.index("--topic") + 1] == load_pipelines(ROOT / "pipelines.yaml")["events"].topic
+    )
 
 
 def test_airflow_runs_on_the_postgres_service():
@@ -148,6 +154,8 @@ def test_the_image_is_built_from_our_lock_file_and_holds_what_the_services_use()
     workdir = re.search(r"^WORKDIR (\S+)", DOCKERFILE, re.M).group(1)
     for folder in ("dags", "spark_jobs", "include", "scripts"):
         assert re.search(rf"^COPY {folder} \./{folder}$", DOCKERFILE, re.M), folder
+    # Before the first import of slicewise (the jar step): settings read the definitions.
+    assert DOCKERFILE.index("COPY pipelines.yaml ./") < DOCKERFILE.index("from slicewise")
     assert airflow_env("airflow-scheduler")["AIRFLOW__CORE__DAGS_FOLDER"] == f"{workdir}/dags"
     for name in (*AIRFLOW, "airflow-init", "spark-master", "spark-worker"):
         assert SERVICES[name]["image"] == "slicewise:local" and SERVICES[name]["build"] == "."
