@@ -2,21 +2,31 @@
 scheduler, LocalExecutor) against the real broker, Spark Connect server and Delta tables:
 the demo's `events` and `orders`, keyed on (tenant, order.id) with a nested field and an
 epoch-millisecond event time (docs/examples/two-pipelines.yaml). Each must hold exactly
-the committed, valid keys of its stream, from the event source's oracle."""
+the committed, valid keys of its stream, from the event source's oracle.
+
+The runs are made the demo's way (`airflow backfill create` through our own scheduler
+and api-server), so they carry the timetable's logical dates (an interval's start): a
+scheduler started afterwards moves on to the open hour and runs no slice again. Runs
+made with `airflow dags test` for an interval carried the interval's *end* as their
+logical date, the one the timetable gives the next interval: a scheduler started
+afterwards logged "run already exists" once a second and never moved on.
+"""
 
 from __future__ import annotations
 
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 from pyspark.sql import functions as F
+from sqlalchemy import text
 
 from slicewise.config import load_settings
 from slicewise.ledger import Ledger
 from slicewise.pipelines import REPO_ROOT
-from slicewise_dev.airflow_env import airflow_env
+from slicewise_dev.airflow_env import VENV_BIN, airflow_env
 from slicewise_dev.airflow_services import AirflowServices
 from slicewise_dev.source import Faults, produce
 
@@ -65,6 +75,22 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(pipeline, new_topic, 
             services.backfill(start, end, max_active_runs=2, dag_id=dag_id, wait=False)
         runs = {d: services.wait_for_backfill(start, end, dag_id=d) for d in dag_ids}
         assert {r.state for rs in runs.values() for r in rs.values()} == {"success"}, runs
+        # The timetable's logical dates: each interval's start.
+        assert all(sorted(rs) == [start, start + timedelta(hours=1)] for rs in runs.values())
+
+        # A scheduler with its own timetable on, as `make airflow-ui` runs it, for a few loops.
+        scheduler = subprocess.run(
+            [str(VENV_BIN / "airflow"), "scheduler", "--num-runs", "5"],
+            env={**services.env, "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "True"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        log = scheduler.stdout + scheduler.stderr
+        assert scheduler.returncode == 0, log[-3000:]
+        with services.db.connect() as conn:
+            next_runs = dict(conn.execute(text("SELECT dag_id, next_dagrun FROM dag")).all())
+            kinds = conn.execute(text("SELECT dag_id, run_type FROM dag_run")).all()
         announced = {
             name: [
                 services.asset_events(s.topic, sl.slice_id)
@@ -72,6 +98,13 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(pipeline, new_topic, 
             ]
             for name, s in settings.items()
         }
+
+    # Each DAG moved past the backfilled hours to the one still open, and ran none again.
+    for dag_id in dag_ids:
+        assert datetime.fromisoformat(next_runs[dag_id]).replace(tzinfo=UTC) == end, log[-3000:]
+        assert sorted(k for d, k in kinds if d == dag_id) == ["backfill", "backfill"]
+    # At most once per DAG (the failure this guards against logged it once a second).
+    assert log.count("run already exists") <= len(dag_ids), log[-3000:]
 
     # Each pipeline in a folder of its own, with its own ledger of two frozen slices.
     assert len({s.table("silver") for s in settings.values()}) == 2
