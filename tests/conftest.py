@@ -37,6 +37,31 @@ from slicewise.spark import remote_session
 from slicewise_dev.broker import free_ports, running_broker
 from slicewise_dev.s3 import LocalS3
 
+# The suite runs on two xdist workers, one test file per worker at a time (`-n 2
+# --dist loadfile` in pyproject.toml): most tests wait on Airflow, a broker or a JVM
+# part of the time, so two of them overlap on two cores. The longest files go first
+# (`--no-loadscope-reorder` keeps this order; xdist would put the files with the most
+# tests first), so that none of them is left running alone at the end.
+LONGEST_FIRST = (
+    "test_scale_out",
+    "test_airflow_browser",
+    "test_airflow_e2e",
+    "test_two_pipelines",
+    "test_core",
+    "test_airflow_ui",
+    "test_chaos",
+    "test_idempotence",
+    "test_object_store",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.stem
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: a file's own order is kept
+
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

@@ -213,7 +213,6 @@ def check_pipelines(path: str | None) -> int:
 
     where = path or definitions_file()
     pipelines = load_pipelines(where)
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)  # its import is chatty
     from slicewise.gate import declared_expectations  # Great Expectations: a slow import
 
     for p in pipelines.values():

@@ -27,14 +27,13 @@ import logging
 from dataclasses import asdict
 from datetime import UTC, datetime
 
-import great_expectations.expectations as gxe
 import pandas as pd
 from pyspark.sql import SparkSession
 
 from slicewise.config import Settings
 from slicewise.contract import required_columns, silver_schema
 from slicewise.faults import fault_point
-from slicewise.gate_engine import GateFailed, GateReport, validate
+from slicewise.gate_engine import GateFailed, GateReport, gxe, validate
 from slicewise.ledger import Ledger
 from slicewise.pipelines import Pipeline, PipelineDefinitionError
 from slicewise.reconcile import (

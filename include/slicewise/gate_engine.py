@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+# This module is the one that imports Great Expectations (`gate` takes `gxe` from
+# here), so the settings below come before GX's import on every path.
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")  # before GX is imported: no telemetry
 # Before the import too: importing GX logs hundreds of INFO lines about its own decorators.
 if logging.getLogger("great_expectations").level == logging.NOTSET:  # keep an explicit app choice
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
 
 import great_expectations as gx  # noqa: E402
+import great_expectations.expectations as gxe  # noqa: E402
 import pandas as pd  # noqa: E402
 from great_expectations.checkpoint import UpdateDataDocsAction  # noqa: E402
 from great_expectations.core.expectation_validation_result import ExpectationValidationResult  # noqa: E402
@@ -31,7 +34,6 @@ from great_expectations.data_context.types.base import (  # noqa: E402
     InMemoryStoreBackendDefaults,
     ProgressBarsConfig,
 )
-from great_expectations.expectations import Expectation  # noqa: E402
 from pyspark.sql import DataFrame  # noqa: E402
 
 SITE_NAME = "local_site"
@@ -97,7 +99,7 @@ class GateFailed(RuntimeError):
 def validate(
     df: DataFrame | pd.DataFrame,
     suite_name: str,
-    expectations: list[Expectation],
+    expectations: list[gxe.Expectation],
     docs_dir: Path,
     run_name: str,
 ) -> GateReport:
