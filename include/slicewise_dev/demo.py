@@ -100,12 +100,9 @@ def report(settings: Settings, server: SparkConnectServer, oracle: Manifest) -> 
     return all(checks.values())
 
 
-def start_engine(server: SparkConnectServer, up: threading.Event) -> None:
+def start_engine(server: SparkConnectServer) -> None:
     t0 = time.monotonic()
-    try:
-        server.start()
-    finally:
-        up.set()
+    server.start()
     say(
         "spark",
         f"Spark Connect server up at {server.url} in {time.monotonic() - t0:.1f}s "
@@ -135,11 +132,8 @@ def main() -> int:
     t0 = time.monotonic()
     # The Spark Connect server starts, and is warmed up, while the broker starts, the
     # stream is produced and Airflow's DB is set up: a long-lived server is warm; only
-    # one that has just started would make the first run pay for it. The backfill waits
-    # for the server, not for the warm-up: the runs' first tasks (the interval sensor,
-    # plan) need no Spark and overlap with the warm-up's end.
-    server_up = threading.Event()
-    engine = threading.Thread(target=start_engine, args=(server, server_up), daemon=True)
+    # one that has just started would make the first run pay for it.
+    engine = threading.Thread(target=start_engine, args=(server,), daemon=True)
     engine.start()
     broker.start(timeout=120)
     say(
@@ -162,7 +156,7 @@ def main() -> int:
     dag_id = settings.pipeline.dag_id
     with AirflowServices(env, logs, dag_ids=(dag_id,)) as services:
         say("airflow", f"scheduler and api-server up (SQLite in {env['AIRFLOW_HOME']})")
-        server_up.wait()
+        engine.join()
         if not server.running():
             print(f"the Spark Connect server did not start:\n{server.log_tail()}", file=sys.stderr)
             return 1
