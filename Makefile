@@ -26,7 +26,7 @@ test-unit: bootstrap ## only the fast unit tests (no broker)
 chaos: bootstrap ## the chaos suite: 20 randomized runs per scenario, each appended to tests/chaos_runs.jsonl (CI runs 1)
 	@SLICEWISE_CHAOS_RUNS=$${SLICEWISE_CHAOS_RUNS:-20} \
 	SLICEWISE_CHAOS_RECORD=$${SLICEWISE_CHAOS_RECORD:-$(CURDIR)/tests/chaos_runs.jsonl} \
-	$(VENV)/python -m pytest tests/integration/test_chaos.py
+	$(VENV)/python -m pytest tests/integration/test_chaos.py --dist load  # two scenarios at a time
 
 chaos-report: bootstrap ## the chaos table summed over every run recorded in tests/chaos_runs.jsonl
 	@$(VENV)/python tests/integration/chaos_log.py
