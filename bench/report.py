@@ -101,7 +101,7 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
         if "run_seconds" in r["w2_airflow"]:  # runs before it did not record it
             in_run = r["w2_airflow"]["run_seconds"] - r["slices"][0]["w2"]["seconds"]
             lines.append(
-                "| of it inside the DAG run (its start to end in the metadata DB - W2 work; "
+                "| of it inside the DAG run (first task's start to last task's end - W2 work; "
                 f"the rest is the `airflow` command's start and exit) | {in_run:.0f} s | - | - |"
             )
     for size in r["slices"]:
