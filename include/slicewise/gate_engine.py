@@ -4,14 +4,20 @@ Each call builds a fresh *ephemeral* GX context: nothing lands in the repo (no `
 repeated calls never collide on names. Only the Data Docs site and the JSON it is rendered
 from (`docs_dir/_gx_store/`) go to disk, because GX's site builder deletes every page whose
 source result it cannot find: an in-memory store would wipe earlier runs' pages.
+That store and the site are shared by every gate of a pipeline, so a validation holds an
+exclusive lock on the docs folder: two gates at once (a backfill's runs side by side)
+would otherwise read each other's half-written suite files and fail.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import logging
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,7 +121,7 @@ def validate(
     on_spark = not isinstance(df, pd.DataFrame)
     was_cached = on_spark and df.is_cached
     try:
-        with _LOCK:
+        with _LOCK, _exclusive(docs_dir):
             context = gx.get_context(mode="ephemeral", project_config=_context_config(docs_dir))
             source = (
                 context.data_sources.add_spark(name="slicewise")
@@ -163,6 +169,16 @@ def validate(
         failures=[_to_failure(r) for r in result.results if not r.success],
         docs_index=page if page is not None and page.exists() else docs_dir / "index.html",
     )
+
+
+@contextmanager
+def _exclusive(docs_dir: Path) -> Iterator[None]:
+    """Hold an advisory lock on `docs_dir` against other processes: GX's file stores
+    truncate and rewrite a suite in place, so a concurrent reader can see it empty."""
+    docs_dir.mkdir(parents=True, exist_ok=True)
+    with open(docs_dir / ".slicewise.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the handle closes
+        yield
 
 
 def _context_config(docs_dir: Path) -> DataContextConfig:

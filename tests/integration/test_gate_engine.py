@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -191,3 +193,38 @@ def test_missing_column_is_reported_not_raised(spark: SparkSession, docs_dir: Pa
     (broken,) = report.failures
     assert broken.error and "nope" in broken.error
     assert "nope" in report.summary()
+
+
+GATE_PROCESS = """
+import sys
+import pandas as pd
+from slicewise.gate_engine import gxe, validate
+
+docs, name, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+suite = [gxe.ExpectColumnValuesToBeBetween(column="read", min_value=0)]
+for n in range(runs):
+    report = validate(pd.DataFrame([{"read": n}]), "slice_facts", suite, docs, f"{name}-{n}")
+    assert report.success, report.summary()
+"""
+
+
+def test_gates_in_separate_processes_share_one_site(tmp_path: Path) -> None:
+    """A backfill runs gates side by side, each in its own task process, on one Data Docs
+    folder. GX rewrites a suite's file in place; unlocked, one gate read the other's
+    half-written suite and failed (`ExpectationSuite() argument after ** must be a
+    mapping, not NoneType`, or `Store already has the following key`)."""
+    site, runs = tmp_path / "site", 12
+    gates = [
+        subprocess.Popen(
+            [sys.executable, "-c", GATE_PROCESS, str(site), name, str(runs)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for name in ("first", "second", "third")
+    ]
+    outputs = [gate.communicate(timeout=300)[0] for gate in gates]
+    assert [gate.returncode for gate in gates] == [0, 0, 0], "\n".join(o[-3000:] for o in outputs)
+    index = (site / "index.html").read_text()
+    pages = list((site / "validations" / "slice_facts").rglob("*.html"))
+    assert len(pages) == 3 * runs and "validations/slice_facts/" in index
