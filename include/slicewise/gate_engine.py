@@ -6,7 +6,10 @@ from (`docs_dir/_gx_store/`) go to disk, because GX's site builder deletes every
 source result it cannot find: an in-memory store would wipe earlier runs' pages.
 That store and the site are shared by every gate of a pipeline, so a validation holds an
 exclusive lock on the docs folder: two gates at once (a backfill's runs side by side)
-would otherwise read each other's half-written suite files and fail.
+would otherwise read each other's half-written suite files and fail. The wait is bounded:
+a holder may be frozen rather than slow (a zombie attempt), and the verdict must not wait
+on the report, so past `LOCK_WAIT_SECONDS` a gate writes its Data Docs to a site of its
+own beside the shared one and says so in the log.
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import unquote, urlparse
 
 # This module is the one that imports Great Expectations (`gate` takes `gxe` from
@@ -44,6 +48,8 @@ from pyspark.sql import DataFrame  # noqa: E402
 
 SITE_NAME = "local_site"
 SAMPLE_SIZE = 20  # offending values kept per failed expectation
+LOCK_WAIT_SECONDS = 60.0  # a pandas validation holds the lock for about a second
+log = logging.getLogger(__name__)
 _LOCK = threading.Lock()  # gx.get_context() swaps a process-wide "current context"
 
 
@@ -121,8 +127,8 @@ def validate(
     on_spark = not isinstance(df, pd.DataFrame)
     was_cached = on_spark and df.is_cached
     try:
-        with _LOCK, _exclusive(docs_dir):
-            context = gx.get_context(mode="ephemeral", project_config=_context_config(docs_dir))
+        with _LOCK, _site_for(docs_dir, run_name) as site:
+            context = gx.get_context(mode="ephemeral", project_config=_context_config(site))
             source = (
                 context.data_sources.add_spark(name="slicewise")
                 if on_spark
@@ -167,18 +173,42 @@ def validate(
         run_name=run_name,
         evaluated=len(result.results),
         failures=[_to_failure(r) for r in result.results if not r.success],
-        docs_index=page if page is not None and page.exists() else docs_dir / "index.html",
+        docs_index=page if page is not None and page.exists() else site / "index.html",
     )
 
 
 @contextmanager
-def _exclusive(docs_dir: Path) -> Iterator[None]:
-    """Hold an advisory lock on `docs_dir` against other processes: GX's file stores
-    truncate and rewrite a suite in place, so a concurrent reader can see it empty."""
+def _site_for(docs_dir: Path, run_name: str) -> Iterator[Path]:
+    """The Data Docs folder this validation writes to, held exclusively: the pipeline's
+    shared site, or, when another process holds it past LOCK_WAIT_SECONDS, a fresh site
+    of this run's own in `<docs_dir>.apart/`. GX's file stores rewrite a suite in place,
+    so a concurrent reader can see it empty."""
     docs_dir.mkdir(parents=True, exist_ok=True)
     with open(docs_dir / ".slicewise.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the handle closes
-        yield
+        if _lock(handle, LOCK_WAIT_SECONDS):
+            yield docs_dir  # unlocked when the handle closes, by a killed holder too
+            return
+    stamp = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S%fZ}-{os.getpid()}"
+    apart = docs_dir.with_name(f"{docs_dir.name}.apart") / f"{_key_safe(run_name)}-{stamp}"
+    log.warning(
+        "%s stayed locked by another gate for %.0f s; the Data Docs of %s go to %s instead "
+        "(the verdict does not depend on where they are written)",
+        docs_dir, LOCK_WAIT_SECONDS, run_name, apart,
+    )  # fmt: skip
+    yield apart
+
+
+def _lock(handle: IO[str], wait: float) -> bool:
+    """An exclusive `flock` on `handle` within `wait` seconds, or False."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
 
 
 def _context_config(docs_dir: Path) -> DataContextConfig:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ import pandas as pd
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from slicewise import gate_engine
 from slicewise.gate_engine import GateFailure, GateReport, validate
 
 pytestmark = pytest.mark.integration
@@ -228,3 +231,28 @@ def test_gates_in_separate_processes_share_one_site(tmp_path: Path) -> None:
     index = (site / "index.html").read_text()
     pages = list((site / "validations" / "slice_facts").rglob("*.html"))
     assert len(pages) == 3 * runs and "validations/slice_facts/" in index
+
+
+def test_a_gate_does_not_wait_on_a_frozen_holder_of_the_site(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A zombie attempt frozen while it holds the lock (SIGSTOP in the chaos suite) held
+    its retry for 900 s. Past the bounded wait, a gate gives the same verdict and writes
+    its Data Docs to a site of its own, leaving the shared one to the holder."""
+    monkeypatch.setattr(gate_engine, "LOCK_WAIT_SECONDS", 1.0)
+    site = tmp_path / "events"
+    site.mkdir()
+    suite = [gxe.ExpectColumnValuesToBeBetween(column="read", min_value=0, max_value=5)]
+    with open(site / ".slicewise.lock", "a") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # another open file: flock conflicts in-process too
+        started = time.monotonic()
+        report = validate(pd.DataFrame([{"read": 7}]), "slice_facts", suite, site, "slice-1")
+        waited = time.monotonic() - started
+    assert not report.success and report.failures[0].unexpected_count == 1
+    assert 1.0 <= waited < 60, waited
+    apart = tmp_path / "events.apart"
+    assert report.docs_index.is_relative_to(apart) and report.docs_index.exists()
+    assert not (site / "index.html").exists()  # the holder's site was not touched
+    # Once the lock is free again, gates write to the shared site.
+    shared = validate(pd.DataFrame([{"read": 1}]), "slice_facts", suite, site, "slice-2")
+    assert shared.success and shared.docs_index.is_relative_to(site)
