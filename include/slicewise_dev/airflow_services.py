@@ -14,6 +14,7 @@ import json
 import secrets
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -53,6 +54,24 @@ class Run:
     state: str
     seconds: float | None  # from its start to its end, once it has ended
     started: datetime | None = None  # its latest start: a rerun moves it
+
+
+def execution_api_ready(port: int) -> bool:
+    if not port_open(port):
+        return False
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/execution/health", timeout=60):
+            return True
+    except OSError:
+        return False
+
+
+def command(component: list[str]) -> list[str]:
+    """The scheduler starts with the steps' libraries imported (`slicewise.scheduler`):
+    its LocalExecutor forks every task from it."""
+    if component[0] == "scheduler":
+        return [str(VENV_BIN / "python"), "-m", "slicewise.scheduler", *component[1:]]
+    return [str(VENV_BIN / "airflow"), *component]
 
 
 class AirflowServices:
@@ -100,7 +119,7 @@ class AirflowServices:
         for component in self.components:
             out = open(self.logs / f"airflow-{component[0]}.log", "w")  # noqa: SIM115 - closed in stop()
             proc = subprocess.Popen(
-                [str(VENV_BIN / "airflow"), *component],
+                command(component),
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -108,11 +127,13 @@ class AirflowServices:
             )
             self._procs.append((proc, out))
         deadline = time.monotonic() + timeout
-        while not port_open(self.port):
+        # Ready once the execution API answers: its first request takes seconds (the app
+        # is built lazily), which the first task would otherwise wait out.
+        while not execution_api_ready(self.port):
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(
-                    f"the api-server did not listen in {timeout:.0f}s:\n{self.tail()}"
+                    f"the api-server did not answer in {timeout:.0f}s:\n{self.tail()}"
                 )
             time.sleep(1)
 

@@ -100,14 +100,20 @@ def report(settings: Settings, server: SparkConnectServer, oracle: Manifest) -> 
     return all(checks.values())
 
 
-def start_engine(server: SparkConnectServer) -> None:
+def start_engine(server: SparkConnectServer, up: threading.Event) -> None:
     t0 = time.monotonic()
-    server.start()
+    try:
+        server.start()
+    finally:
+        up.set()
     say(
         "spark",
         f"Spark Connect server up at {server.url} in {time.monotonic() - t0:.1f}s "
         "(local[*], Delta, Kafka connector); every Spark step is a client of it",
     )
+    # Warmed up beside the first tasks rather than before them: the runs start as
+    # soon as Airflow is up, and their first tasks (the interval's sensor, the plan)
+    # need no Spark. Without a warm-up the first Spark steps pay it, slower still.
     warm_up(server.url, server.home)
     say("spark", f"server warmed up ({time.monotonic() - t0:.1f}s after its start)")
 
@@ -130,11 +136,12 @@ def main() -> int:
     (settings.state_dir / "demo-logs").mkdir(parents=True)
 
     t0 = time.monotonic()
-    # The Spark Connect server starts, and is warmed up, while the broker starts, the
-    # stream is produced and Airflow's DB is set up: a long-lived server is warm; only
-    # one that has just started would make the first run pay for it.
-    engine = threading.Thread(target=start_engine, args=(server,), daemon=True)
-    engine.start()
+    # The Spark Connect server starts while the broker starts, the stream is produced
+    # and Airflow's DB is set up, then warms up beside the first tasks (`start_engine`):
+    # a long-lived server is warm; one that has just started would make the first
+    # Spark steps pay for it.
+    up = threading.Event()
+    threading.Thread(target=start_engine, args=(server, up), daemon=True).start()
     broker.start(timeout=120)
     say(
         "kafka",
@@ -156,7 +163,7 @@ def main() -> int:
     dag_id = settings.pipeline.dag_id
     with AirflowServices(env, logs, dag_ids=(dag_id,)) as services:
         say("airflow", f"scheduler and api-server up (SQLite in {env['AIRFLOW_HOME']})")
-        engine.join()
+        up.wait()
         if not server.running():
             print(f"the Spark Connect server did not start:\n{server.log_tail()}", file=sys.stderr)
             return 1
