@@ -79,8 +79,9 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
     if "w2_airflow" in r:
         w, first = r["w2_airflow"], r["slices"][0]
         lines.append(
-            f"| {first['records']:,} | W2 via Airflow | `airflow dags test`, steps on a warm "
-            f"Spark Connect server | {w['seconds']:.1f} "
+            f"| {first['records']:,} | W2 via Airflow | one scheduled run (a backfill through our "
+            "scheduler, LocalExecutor), steps on a warm Spark Connect server "
+            f"| {w['seconds']:.1f} "
             f"| {first['w2']['rows'] / w['seconds'] / cores:,.0f} | {w['peak_rss'] / 2**20:,.0f} MiB |"
         )
     lines += ["", "| figure | measured | target | met |", "|---|---:|---:|---|"]
@@ -95,14 +96,14 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
         overhead = r["w2_airflow"]["seconds"] - r["slices"][0]["w2"]["seconds"]
         met = "yes" if overhead <= OVERHEAD_TARGET else "**no**"
         lines.append(
-            "| fixed overhead per scheduled run (Airflow wall - W2 Spark work) "
+            "| fixed overhead per scheduled run (the DAG run's span - W2 Spark work) "
             f"| {overhead:.0f} s | <= {OVERHEAD_TARGET} s | {met} |"
         )
-        if "run_seconds" in r["w2_airflow"]:  # runs before it did not record it
-            in_run = r["w2_airflow"]["run_seconds"] - r["slices"][0]["w2"]["seconds"]
+        if "run_seconds" not in r["w2_airflow"]:  # runs through `airflow dags test` had it
+            from_command = r["w2_airflow"]["wall"] - r["slices"][0]["w2"]["seconds"]
             lines.append(
-                "| of it inside the DAG run (first task's start to last task's end - W2 work; "
-                f"the rest is the `airflow` command's start and exit) | {in_run:.0f} s | - | - |"
+                "| from the `airflow backfill create` command to the run's end - W2 work "
+                f"| {from_command:.0f} s | - | - |"
             )
     for size in r["slices"]:
         steps = size["w2"]["steps"]

@@ -145,6 +145,12 @@ class AirflowServices:
         self._procs = []
         self.db.dispose()
 
+    def pid(self, component: str) -> int:
+        """The process id of a running component ("scheduler", "api-server", ...)."""
+        return next(
+            p.pid for p, out in self._procs if Path(out.name).stem == f"airflow-{component}"
+        )
+
     def tail(self) -> str:
         return "\n".join(
             f"{p.name}:\n{p.read_text()[-3000:]}" for p in self.logs.glob("airflow-*.log")
