@@ -35,6 +35,7 @@ LAYERS: list[set[str]] = [
     {"assets"},
     {"jobs", "connect_server"},  # what runs the steps
     {"operators", "cli"},
+    {"scheduler"},  # imports the steps ahead of Airflow's forks
 ]
 
 
@@ -135,11 +136,11 @@ def test_the_product_imports_down_its_layers_and_never_the_dev_stack() -> None:
 
 def test_every_product_module_is_one_a_deployment_runs() -> None:
     """Reached from what a deployment starts (the DAG files, the Spark jobs, the
-    `slicewise` CLI and the Spark Connect server): a module only tests, the demo or
-    the bench use belongs in the dev stack."""
+    `slicewise` CLI, the Spark Connect server and the scheduler launcher): a module
+    only tests, the demo or the bench use belongs in the dev stack."""
     graph = import_graph()
     known = set(graph)
-    roots = {"slicewise.cli", "slicewise.connect_server"}
+    roots = {"slicewise.cli", "slicewise.connect_server", "slicewise.scheduler"}
     for folder in ("dags", "spark_jobs"):
         for path in (INCLUDE.parent / folder).glob("*.py"):
             roots |= imports_of(path, known)
