@@ -15,7 +15,6 @@ rows it replaces instead of rewriting every file that holds a matched row.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -85,20 +84,24 @@ def ensure_silver(spark: SparkSession, path: str, pipeline: Pipeline) -> None:
     rewrite: the rows written before read null there). A field whose type changed
     cannot be followed in place and fails, naming the field."""
     properties = table_properties(spark, path)
-    wanted = ", ".join(f"'{k}' = '{v}'" for k, v in SILVER_PROPERTIES.items())
     schema = silver_schema(pipeline)
     if properties is None:
-        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
-        try:
-            spark.sql(
-                f"CREATE TABLE IF NOT EXISTS {delta_ref(path)} ({columns}) USING delta "
-                f"PARTITIONED BY (event_date) TBLPROPERTIES ({wanted})"
-            ).collect()
-        except Exception as exc:
-            if not _racer_creating(spark, path, exc):
-                raise
+        # An empty append creates the table: its columns (nullable, as SQL's DDL would
+        # make them), its partitioning and, from the `delta.*` writer options, its
+        # properties. Not CREATE TABLE: SQL takes any location holding a `_delta_log`
+        # folder for a table, and a first commit cut off there (a server killed while
+        # creating silver leaves `_delta_log/_staged_commits/` and no commit) would make
+        # CREATE TABLE IF NOT EXISTS a no-op and every MERGE after it fail with
+        # DELTA_TABLE_NOT_FOUND. An append writes the first commit whatever the folder
+        # holds; a racer creating it too loses with a commit conflict and retries.
+        columns = StructType([StructField(f.name, f.dataType) for f in schema.fields])
+        writer = spark.createDataFrame([], columns).write.format("delta").mode("append")
+        for key, value in SILVER_PROPERTIES.items():
+            writer = writer.option(key, value)
+        writer.partitionBy("event_date").save(path)
         return
     if any(properties.get(k) != v for k, v in SILVER_PROPERTIES.items()):
+        wanted = ", ".join(f"'{k}' = '{v}'" for k, v in SILVER_PROPERTIES.items())
         log.info("silver at %s: setting %s", path, wanted)
         spark.sql(f"ALTER TABLE {delta_ref(path)} SET TBLPROPERTIES ({wanted})").collect()
     added = evolve(spark.read.format("delta").load(path).schema, schema, pipeline.name)
@@ -106,21 +109,6 @@ def ensure_silver(spark: SparkSession, path: str, pipeline: Pipeline) -> None:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in added)
         log.info("silver at %s: adding columns %s", path, columns)
         spark.sql(f"ALTER TABLE {delta_ref(path)} ADD COLUMNS ({columns})").collect()
-
-
-def _racer_creating(spark: SparkSession, path: str, exc: Exception) -> bool:
-    """Did `exc` come from a concurrent attempt creating the same table? On an object
-    store a racer's first files can be listed before its first commit reads as a
-    table, and CREATE TABLE then refuses the "non-empty location". A second look
-    finds the racer's table; a folder that stays non-Delta is a real error."""
-    if "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION" not in str(exc):
-        return False
-    for _ in range(5):
-        time.sleep(1)
-        if table_properties(spark, path) is not None:
-            log.info("silver at %s: created by a concurrent attempt", path)
-            return True
-    return False
 
 
 def evolve(stored: StructType, wanted: StructType, pipeline: str) -> list[StructField]:

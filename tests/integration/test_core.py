@@ -24,6 +24,7 @@ from slicewise.reconcile import slice_counts
 from slicewise.silver import run_silver
 from slicewise.slices import DataLossError
 from slicewise.spark import remote_session
+from slicewise.tables import delta_ref, table_properties
 from slicewise_dev.producer import Record, TxProducer, event_value
 
 pytestmark = pytest.mark.integration
@@ -171,6 +172,28 @@ def test_rerun_of_bronze_and_silver_leaves_tables_unchanged(spark, pipeline):
     run_silver(spark, settings, sl.slice_id)
     assert slice_counts(spark, settings, sl.slice_id) == counts
     assert snapshot(spark, settings) == before
+
+
+def test_a_silver_whose_first_commit_was_cut_off_is_created_by_the_retry(spark, pipeline):
+    """A Spark Connect server killed while silver was being created left
+    `_delta_log/_staged_commits/` and no commit (seen in the chaos suite). SQL takes
+    such a folder for a table, so CREATE TABLE IF NOT EXISTS did nothing and every
+    retry's MERGE failed with DELTA_TABLE_NOT_FOUND; the retry must create silver."""
+    settings, producer = pipeline
+    producer.send([ev("a", 0.1, 0), ev("b", 0.2, 1), ev("a", 0.3, 2)])
+    sl = plan_slice(settings, at(0), at(1), now=LATER)
+    run_bronze(spark, settings, sl.slice_id)
+    (Path(settings.table("silver")) / "_delta_log" / "_staged_commits").mkdir(parents=True)
+    assert table_properties(spark, settings.table("silver")) is None  # no table there yet
+
+    run_silver(spark, settings, sl.slice_id)
+    silver = table(spark, settings, "silver")
+    assert sorted(r.event_id for r in silver.select("event_id").collect()) == ["a", "b"]
+    detail = spark.sql(f"DESCRIBE DETAIL {delta_ref(settings.table('silver'))}").first()
+    assert detail["properties"]["delta.enableDeletionVectors"] == "true"
+    assert detail["partitionColumns"] == ["event_date"]
+    assert all(f.nullable for f in silver.schema.fields)  # as a table made by SQL's DDL
+    assert slice_counts(spark, settings, sl.slice_id).reconciles
 
 
 def test_duplicates_aborted_and_open_transactions(spark, pipeline, kafka_bootstrap):
