@@ -189,7 +189,9 @@ def parse_events(bronze: DataFrame, pipeline: Pipeline, max_value_bytes: int) ->
     docs = bronze.select("*", F.try_parse_json(text).alias("_doc"))
     read = docs.select(
         "*",
-        F.schema_of_variant("_doc").alias("_doc_type"),
+        # A parsed document is an object iff its text opens with "{": far cheaper than
+        # `schema_of_variant`, which walks the whole document to name its type.
+        text.rlike(r"^[ \t\n\r]*\{").alias("_is_object"),
         *[
             F.try_variant_get("_doc", _variant_path(path), "variant").alias(names[path])
             for path, _ in fields
@@ -198,10 +200,8 @@ def parse_events(bronze: DataFrame, pipeline: Pipeline, max_value_bytes: int) ->
     typed = read.select(
         "*",
         *[
-            F.when(F.col(n).isNull(), F.lit(None))
-            .otherwise(F.schema_of_variant(n))
-            .alias(f"{n}_kind")
-            for n in names.values()
+            _kind(F.col(names[path]), spec).alias(f"{names[path]}_kind")
+            for path, spec in fields
         ],
         *[
             _extract(F.col(names[path]), spec).alias(f"{names[path]}_value")
@@ -222,7 +222,7 @@ def parse_events(bronze: DataFrame, pipeline: Pipeline, max_value_bytes: int) ->
         .when(F.length("value") > max_value_bytes, "oversized_value")
         .when(~F.is_valid_utf8(text), "invalid_utf8")
         .when(F.col("_doc").isNull(), "invalid_json")
-        .when(~F.col("_doc_type").startswith("OBJECT"), "not_an_object")
+        .when(~F.col("_is_object"), "not_an_object")
     )
     for path, spec in fields:
         n = names[path]
@@ -244,7 +244,8 @@ def parse_events(bronze: DataFrame, pipeline: Pipeline, max_value_bytes: int) ->
         if spec.type in ("timestamp", "date"):
             return F.col(f"{n}_time")
         if spec.type in ("object", "array"):
-            return F.to_json(F.col(n))
+            # A JSON null is no value, as for the other types (not the text "null").
+            return F.when(~F.is_variant_null(F.col(n)), F.to_json(F.col(n)))
         return F.col(f"{n}_value")
 
     event_time = column(pipeline.event_time, pipeline.fields[pipeline.event_time])
@@ -257,6 +258,23 @@ def parse_events(bronze: DataFrame, pipeline: Pipeline, max_value_bytes: int) ->
         F.col("timestamp").alias("kafka_timestamp"),
         reason.alias("reason"),
     )
+
+
+def _kind(raw: Column, spec: FieldSpec) -> Column:
+    """The value's JSON type as `schema_of_variant` names it; null when absent.
+
+    For an object or array field only its opening character is looked at: the
+    field's column is its JSON text anyway, and `schema_of_variant` would walk the
+    whole value (an object's type names every nested field)."""
+    if spec.type in ("object", "array"):
+        opening = F.substring(F.to_json(raw), 1, 1)
+        return (
+            F.when(raw.isNull(), F.lit(None))
+            .when(opening == "{", F.lit("OBJECT"))
+            .when(opening == "[", F.lit("ARRAY"))
+            .otherwise(F.schema_of_variant(raw))
+        )
+    return F.when(raw.isNull(), F.lit(None)).otherwise(F.schema_of_variant(raw))
 
 
 def _extract(raw: Column, spec: FieldSpec) -> Column:

@@ -87,38 +87,32 @@ def slice_facts(
     nulls in required columns, negative Kafka positions)."""
     key = list(settings.pipeline.key_columns)
     required = required_columns(settings.pipeline)
-    # Silver's window per key first (narrow rows, and the join reuses its
-    # partitioning); the slice's keys are distinct, so the join multiplies nothing.
-    stored = (
-        silver_window(spark, settings, window)
-        .groupBy(*key)
-        .agg(
-            F.count("*").alias("rows"),
-            F.count_if(F.col("slice_id") == slice_id).alias("owned"),
-            *[F.count_if(F.col(c).isNull()).alias(f"null_{c}") for c in required],
-            *[F.count_if(F.col(c) < 0).alias(f"negative_{c}") for c in KAFKA_POSITION],
-        )
+    # The slice's keys are distinct (one row per key), so joining silver's window to
+    # them yields each silver row that carries one of them exactly once, plus one row
+    # without `_stored` per key found nowhere: one join and one aggregation, where
+    # grouping the whole window by key first cost a shuffle more. The slice's own
+    # totals (`copies`) come from its keys alone.
+    ids = recorded_ids(spark, settings, slice_id)
+    stored = silver_window(spark, settings, window).select(
+        *key,
+        F.lit(True).alias("_stored"),
+        (F.col("slice_id") == slice_id).alias("_owned"),
+        *[F.col(c).alias(f"_{c}") for c in (*required, *KAFKA_POSITION)],
     )
-    rows = F.col("rows")
-    facts = (
-        recorded_ids(spark, settings, slice_id)
+    found = (
+        ids.select(*key)
         .join(stored, key, "left")
         .agg(
-            F.coalesce(F.sum("copies"), F.lit(0)).alias("valid"),
-            F.count("*").alias("distinct_ids"),
-            F.coalesce(F.sum("owned"), F.lit(0)).alias("inserted"),
-            F.coalesce(F.sum(rows - F.col("owned")), F.lit(0)).alias("elsewhere"),
-            F.count_if(rows.isNull()).alias("missing"),
-            F.coalesce(F.sum(rows), F.lit(0)).alias("silver_rows"),
-            F.coalesce(F.sum(rows - 1), F.lit(0)).alias("duplicate_keys"),
-            *[
-                F.coalesce(F.sum(c), F.lit(0)).alias(c)
-                for c in (
-                    *[f"null_{c}" for c in required],
-                    *[f"negative_{c}" for c in KAFKA_POSITION],
-                )
-            ],
+            F.count_if(F.col("_stored").isNull()).alias("missing"),
+            F.count_if(F.col("_stored")).alias("silver_rows"),
+            F.count_if(F.col("_owned")).alias("inserted"),
+            *[F.count_if(F.col(f"_{c}").isNull() & F.col("_stored")).alias(f"null_{c}")
+              for c in required],
+            *[F.count_if(F.col(f"_{c}") < 0).alias(f"negative_{c}") for c in KAFKA_POSITION],
         )
+    )  # fmt: skip
+    totals = ids.agg(
+        F.coalesce(F.sum("copies"), F.lit(0)).alias("valid"), F.count("*").alias("distinct_ids")
     )
     read = of_slice(spark, settings.table("bronze"), BRONZE, slice_id).agg(
         F.count("*").alias("read")
@@ -126,9 +120,13 @@ def slice_facts(
     quarantined = of_slice(spark, settings.table("quarantine"), QUARANTINE, slice_id).agg(
         F.count("*").alias("quarantined")
     )
-    return {
-        k: int(v) for k, v in facts.crossJoin(read).crossJoin(quarantined).first().asDict().items()
-    }
+    row = found.crossJoin(totals).crossJoin(read).crossJoin(quarantined).first()
+    facts = {k: int(v) for k, v in row.asDict().items()}
+    # Every silver row of the slice's keys beyond one per key found is an extra copy.
+    found_keys = facts["distinct_ids"] - facts["missing"]
+    facts["duplicate_keys"] = facts["silver_rows"] - found_keys
+    facts["elsewhere"] = facts["silver_rows"] - facts["inserted"]
+    return facts
 
 
 def counts_of(slice_id: str, facts: dict[str, int]) -> SliceCounts:

@@ -50,7 +50,9 @@ MALFORMED = [
     (b"\xff\xfe{}", "invalid_utf8"),
     (b"{not json", "invalid_json"),
     (b"[1, 2]", "not_an_object"),
+    (b' \n\t[{"event_id": "e-1"}]', "not_an_object"),  # JSON may open with whitespace
     (b'"just a string"', "not_an_object"),
+    (b"null", "not_an_object"),
     (
         json.dumps({"event_type": "click", "occurred_at": "2026-11-01T10:15:00Z"}).encode(),
         "missing:event_id",
@@ -65,6 +67,8 @@ MALFORMED = [
     (event("e-9", occurred_at="2026-11-01 10:15"), "unparseable_time:occurred_at"),
     (event("e-9", occurred_at="2026-11-01T10:15:00"), "unparseable_time:occurred_at"),  # no zone
     (event("e-9", payload=[1]), "wrong_type:payload"),
+    (event("e-9", payload="{}"), "wrong_type:payload"),  # a string that looks like one
+    (event("e-9", payload=3), "wrong_type:payload"),
 ]
 
 
@@ -98,6 +102,30 @@ def test_valid_event_parses_to_silver_columns(spark):
     )
     assertDataFrameEqual(got, expected)
     assert quarantined(parse_events(bronze_rows(spark, [(1, 3, value)]), EVENTS, 1024)).count() == 0
+
+
+def test_an_object_after_whitespace_and_an_absent_or_null_optional_object_are_valid(spark):
+    values = [
+        (0, 1, b" \r\n\t" + event("e-1")),
+        (0, 2, event("e-2", payload=None)),
+        (
+            0,
+            3,
+            json.dumps(
+                {"event_id": "e-3", "event_type": "view", "occurred_at": "2026-11-01T10:15:00Z"}
+            ).encode(),
+        ),
+        (0, 4, event("e-4", payload={"deep": {"er": [1, {"x": None}]}})),
+    ]
+    parsed = parse_events(bronze_rows(spark, values), EVENTS, 1024)
+    assert quarantined(parsed).count() == 0
+    got = {r.event_id: r.payload for r in valid_events(parsed, EVENTS).collect()}
+    assert got == {
+        "e-1": '{"n":1}',
+        "e-2": None,
+        "e-3": None,
+        "e-4": '{"deep":{"er":[1,{"x":null}]}}',
+    }
 
 
 def test_dedup_keeps_lowest_kafka_position_across_partitions(spark):
