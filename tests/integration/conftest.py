@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -72,8 +73,10 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSpa
 
 
 @pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """A private PostgreSQL server (Debian's package) on a free loopback port; its SQLAlchemy URL.
+def postgres_server() -> Iterator[Callable[[str], str]]:
+    """A private PostgreSQL server (Debian's package) on a free loopback port, one per test
+    worker; yields `new_database(name)`, which creates an empty database and returns its
+    SQLAlchemy URL.
 
     PostgreSQL refuses to run as root, so under root (CI) it runs as the package's
     `postgres` user, in a folder that user owns.
@@ -98,17 +101,26 @@ def postgres_url() -> Iterator[str]:
     def pg(tool: str, *args: str) -> None:
         subprocess.run([*as_owner, str(bindir / tool), *args], check=True, capture_output=True)
 
+    def new_database(name: str) -> str:
+        pg("createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", name)
+        return f"postgresql+psycopg2://airflow@127.0.0.1:{port}/{name}"
+
     pg("initdb", "-D", str(data), "-U", "airflow", "--auth=trust", "-E", "UTF8")
     pg(
         "pg_ctl", "-D", str(data), "-l", str(home / "server.log"), "-w", "-t", "60",
         "-o", f"-p {port} -k {home} -c listen_addresses=127.0.0.1", "start",
     )  # fmt: skip
     try:
-        pg("createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", "airflow")
-        yield f"postgresql+psycopg2://airflow@127.0.0.1:{port}/airflow"
+        yield new_database
     finally:
         pg("pg_ctl", "-D", str(data), "-m", "fast", "-w", "stop")
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: Callable[[str], str]) -> str:
+    """An empty database of its own for one test's Airflow metadata."""
+    return postgres_server(f"airflow_{uuid.uuid4().hex[:12]}")
 
 
 @pytest.fixture

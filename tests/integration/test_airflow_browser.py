@@ -1,6 +1,10 @@
 """The UI paths on-call uses, in a real browser: Playwright driving Debian's Chromium
-against our own api-server and scheduler (LocalExecutor, SQLite), the pipeline on the
-real broker, Spark Connect server and Delta tables.
+against our own api-server and scheduler (LocalExecutor, metadata on PostgreSQL), the
+pipeline on the real broker, Spark Connect server and Delta tables.
+
+PostgreSQL, not SQLite: the api-server creates a backfill in one transaction while the
+scheduler writes, and on SQLite it answers 503 ("Backfill creation is not supported on
+SQLite under concurrent access") when that transaction meets the scheduler's lock.
 
 Log in; backfill from the trigger dialog with each reprocess behaviour; clear a task
 with its downstream from a run's page. Then the tables, the ledger and the Asset
@@ -160,7 +164,7 @@ def wait_for_run(services: AirflowServices, at: datetime, timeout: float = 600) 
 
 
 def test_backfills_and_a_clear_from_the_ui_run_each_slice_once(
-    spark, pipeline, tmp_path, browser_page
+    spark, pipeline, postgres_url, tmp_path, browser_page
 ):
     settings, producer = pipeline
     h0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - 4 * HOUR
@@ -173,7 +177,7 @@ def test_backfills_and_a_clear_from_the_ui_run_each_slice_once(
     env = {
         **airflow_env(settings),
         "AIRFLOW_HOME": str(home),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db?timeout=60",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres_url,
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
         "SLICEWISE_GRACE_SECONDS": "0",
     }
