@@ -199,10 +199,7 @@ def parse_events(bronze: DataFrame, pipeline: Pipeline, max_value_bytes: int) ->
     )
     typed = read.select(
         "*",
-        *[
-            _kind(F.col(names[path]), spec).alias(f"{names[path]}_kind")
-            for path, spec in fields
-        ],
+        *[_kind(F.col(names[path]), spec).alias(f"{names[path]}_kind") for path, spec in fields],
         *[
             _extract(F.col(names[path]), spec).alias(f"{names[path]}_value")
             for path, spec in fields
