@@ -131,7 +131,9 @@ class TopicOffsets:
                         f"scanning {self.topic} partitions {sorted(todo)} for "
                         f"{at.isoformat()} took over {self.timeout}s"
                     )
-                for msg in consumer.consume(500, timeout=1.0):
+                # A short wait: consume() returns only once it holds 500 messages or the
+                # timeout passes, so a partition's EOF waited a full second at 1.0.
+                for msg in consumer.consume(500, timeout=0.1):
                     p = msg.partition()
                     if p not in todo:
                         continue
