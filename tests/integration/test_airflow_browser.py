@@ -153,11 +153,18 @@ def tries(services: AirflowServices, run_id: str) -> dict[str, int]:
     return dict(rows)
 
 
-def wait_for_run(services: AirflowServices, at: datetime, timeout: float = 600) -> str:
+def wait_for_run(
+    services: AirflowServices, at: datetime, started_after: datetime, timeout: float = 600
+) -> str:
+    """The state of the run of `at` once a start later than `started_after` has ended.
+
+    The UI closes its clear dialog before the clear is committed, so right after it
+    the run can still read as the finished run the clear replaces; a clear restarts
+    it (Airflow sets the run's start date), which tells the two apart."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         run = services.runs()[0][at]
-        if run.state in ("success", "failed"):
+        if run.started and run.started > started_after and run.state in ("success", "failed"):
             return run.state
         time.sleep(2)
     raise AssertionError(f"the run of {at} did not finish: {services.tail()}")
@@ -211,8 +218,11 @@ def test_backfills_and_a_clear_from_the_ui_run_each_slice_once(
 
         # Clear silver with its downstream (gate, publish, announce) on the third hour's run.
         run_id = run_ids(services)[hours[2]]
+        finished = services.runs()[0][hours[2]].started
         ui.clear_with_downstream(run_id, "silver", affected=4)
-        assert wait_for_run(services, hours[2]) == "success", services.tail()
+        assert wait_for_run(services, hours[2], started_after=finished) == "success", (
+            services.tail()
+        )
         assert {t: n for t, n in tries(services, run_id).items() if n > 1} == {
             "silver": 2,
             "gate": 2,
