@@ -66,7 +66,7 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
     what = {
         "w0": ("W0", "batch read of the offsets -> Parquet, no dedup (ceiling)"),
         "w1": ("W1", "Structured Streaming AvailableNow, foreachBatch bronze + MERGE"),
-        "w2": ("W2", "ours: plan, bronze, silver, gate, publish, one session"),
+        "w2": ("W2", "ours: plan, ingest (bronze + silver), gate, publish, one session"),
     }
     for size in r["slices"]:
         rows = size["w2"]["rows"]

@@ -12,7 +12,7 @@ its work, and prints one line `RESULT <json>`. The parent measures peak memory.
               in alternating order after a warm-up read of each: the cost and its spread
     w1        Structured Streaming, Trigger.AvailableNow, foreachBatch: append bronze,
               insert-only MERGE into silver (the standard baseline)
-    w2        ours, calling the jobs directly: plan, bronze, silver, gate, publish
+    w2        ours, calling the jobs directly: plan, ingest, gate, publish (the DAG's steps)
     w3        MERGE cost as silver grows: pre-filled to k x the slice, duplicate rates,
               with and without the dedup horizon
 """
@@ -188,26 +188,24 @@ def w1(settings: Settings, params: dict) -> dict:
 
 
 def w2(settings: Settings, params: dict) -> dict:
-    from slicewise.bronze import run_bronze
     from slicewise.gate import run_gate
+    from slicewise.ingest import run_ingest
     from slicewise.planner import plan_slice
     from slicewise.publish import run_publish
     from slicewise.reconcile import SliceCounts
-    from slicewise.silver import run_silver
 
     spark = session(settings)
     start = datetime.fromisoformat(params["start"])
     steps: dict[str, float] = {}
     steps["plan"], sl = timed(lambda: plan_slice(settings, start, start + timedelta(hours=1)))
     sid = sl.slice_id
-    steps["bronze"], bronze = timed(lambda: run_bronze(spark, settings, sid))
-    steps["silver"], _ = timed(lambda: run_silver(spark, settings, sid))
+    steps["ingest"], ingested = timed(lambda: run_ingest(spark, settings, sid))
     steps["gate"], gate = timed(lambda: run_gate(spark, settings, sid))
     steps["publish"], _ = timed(lambda: run_publish(spark, settings, sid))
     return {
         "seconds": sum(steps.values()),
         "steps": steps,
-        "rows": bronze.rows,
+        "rows": ingested.bronze.rows,
         "silver_rows": spark.read.format("delta").load(settings.table("silver")).count(),
         "counts": SliceCounts(**gate["counts"]).describe(),
     }

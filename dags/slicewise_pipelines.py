@@ -1,4 +1,4 @@
-"""Kafka -> bronze -> silver -> gate -> publish, one frozen slice per data interval:
+"""Kafka -> ingest (bronze + silver) -> gate -> publish, one frozen slice per data interval:
 one DAG, `slicewise_<name>`, per pipeline declared in pipelines.yaml.
 
 This file only wires tasks. Its one read is the definition file (small, local, cached
@@ -70,10 +70,11 @@ ledger; retries, cleared tasks and backfills read exactly the same offsets.
 
 1. `wait_for_interval_close` – deferrable; waits for interval end + grace.
 2. `plan` – freezes the slice in the ledger.
-3. `bronze` – Spark reads the slice (read_committed) into bronze, exactly once.
-4. `silver` – parse, quarantine bad records, dedup, MERGE on the key.
-5. `gate` – Great Expectations; a failure stops the run before publication.
-6. `publish` – rebuild gold for the hours touched; `announce` emits the
+3. `ingest` – Spark reads the slice once (read_committed): bronze, exactly
+   once, and from the same rows silver (parse, quarantine bad records, dedup,
+   MERGE on the key).
+4. `gate` – Great Expectations; a failure stops the run before publication.
+5. `publish` – rebuild gold for the hours touched; `announce` emits the
    `{asset}` Asset event once per slice.
 
 Every task is safe to clear and re-run. Params: `accept_data_loss` (after a
@@ -121,7 +122,7 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
                 False,
                 type="boolean",
                 title="Reprocess from bronze",
-                description="Re-parse this slice's bronze rows (e.g. after a parser fix) instead of the normal silver step.",
+                description="Re-parse this slice's bronze rows (e.g. after a parser fix) instead of the normal ingest step.",
             ),
         },
     ) as dag:
@@ -156,13 +157,15 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
             announce_slice(pipeline.name, slice_id, data_interval_end, inlet_events, outlet_events)
 
         planned = plan()
-        bronze = spark_step(
-            pipeline.name, "bronze", ["--accept-data-loss", "{{ params.accept_data_loss | lower }}"]
-        )
-        silver = spark_step(
+        ingest = spark_step(
             pipeline.name,
-            "silver",
-            ["--reprocess-from-bronze", "{{ params.reprocess_from_bronze | lower }}"],
+            "ingest",
+            [
+                "--accept-data-loss",
+                "{{ params.accept_data_loss | lower }}",
+                "--reprocess-from-bronze",
+                "{{ params.reprocess_from_bronze | lower }}",
+            ],
         )
         gate = spark_step(pipeline.name, "gate")
         # A failed gate is a finding about the data, not a transient error: one retry
@@ -170,7 +173,7 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
         # task once the cause is fixed.
         gate.retries = 1
         publish = spark_step(pipeline.name, "publish")
-        wait >> planned >> bronze >> silver >> gate >> publish >> announce(planned)
+        wait >> planned >> ingest >> gate >> publish >> announce(planned)
     return dag
 
 

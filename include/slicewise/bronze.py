@@ -101,17 +101,40 @@ def _bronze(
 ) -> BronzeResult:
     ledger = Ledger(settings.ledger_dir, settings.topic)
     sl = ledger.load_slice(slice_id)
-    path = settings.table("bronze")
-    if slice_in_bronze(spark, path, slice_id):
-        rows = of_slice(spark, path, BRONZE, slice_id).count()
-        log.info("%s is already in bronze (%d rows); nothing to do", sl.describe(), rows)
-        ledger.record_step(slice_id, "bronze", {"rows": rows})
-        return BronzeResult(slice_id, rows, committed=False)
+    stored = stored_slice(spark, settings, ledger, sl)
+    if stored is not None:
+        return stored
+    ranges, metadata = readable_ranges(settings, ledger, sl, accept_data_loss)
+    # One pass: Kafka straight into the Delta commit; the row count comes from the
+    # commit's own metrics rather than from a second read of the slice.
+    return commit_bronze(
+        spark, settings, ledger, sl, read_slice(spark, settings, sl, ranges), metadata
+    )
 
+
+def stored_slice(
+    spark: SparkSession, settings: Settings, ledger: Ledger, sl: Slice
+) -> BronzeResult | None:
+    """The slice's result when bronze already holds it (recorded again), else None."""
+    path = settings.table("bronze")
+    if not slice_in_bronze(spark, path, sl.slice_id):
+        return None
+    rows = of_slice(spark, path, BRONZE, sl.slice_id).count()
+    log.info("%s is already in bronze (%d rows); nothing to do", sl.describe(), rows)
+    ledger.record_step(sl.slice_id, "bronze", {"rows": rows})
+    return BronzeResult(sl.slice_id, rows, committed=False)
+
+
+def readable_ranges(
+    settings: Settings, ledger: Ledger, sl: Slice, accept_data_loss: bool
+) -> tuple[dict[int, tuple[int, int]], dict]:
+    """The offsets to read and the bronze commit's metadata: the slice's own, or, when
+    Kafka deleted part of it and the override accepts that, what Kafka still retains
+    (the loss logged in the ledger and the commit). Without the override a loss raises
+    `DataLossError` before anything is read."""
     ranges = dict(sl.ranges)
     losses = find_data_loss(sl, TopicOffsets.of(settings).earliest(list(ranges)))
-    attempt = uuid.uuid4().hex
-    metadata = {"step": "bronze", "attempt": attempt, **slice_to_json(sl)}
+    metadata = {"step": "bronze", **slice_to_json(sl)}
     if losses:
         error = DataLossError.in_slice(sl, losses)
         if not accept_data_loss:
@@ -120,21 +143,33 @@ def _bronze(
         for d in losses:
             ranges[d.partition] = (d.missing_until, ranges[d.partition][1])
         metadata["data_loss_accepted"] = [d.__dict__ for d in losses]
-        ledger.record_step(slice_id, "data_loss_ack", {"losses": [d.__dict__ for d in losses]})
+        ledger.record_step(sl.slice_id, "data_loss_ack", {"losses": [d.__dict__ for d in losses]})
+    return ranges, metadata
 
-    # One pass: Kafka straight into the Delta commit; the row count comes from the
-    # commit's own metrics rather than from a second read of the slice.
-    append_once(
-        read_slice(spark, settings, sl, ranges), path, f"slicewise/bronze/{slice_id}", metadata
-    )
+
+def commit_bronze(
+    spark: SparkSession,
+    settings: Settings,
+    ledger: Ledger,
+    sl: Slice,
+    rows: DataFrame,
+    metadata: dict,
+) -> BronzeResult:
+    """Append the slice's bronze `rows` once (its idempotent-write id), and record it.
+
+    `committed` is False when another attempt's commit holds the slice: Delta then
+    skips this write without an error, so the attempt's tag tells the two apart."""
+    path = settings.table("bronze")
+    attempt = uuid.uuid4().hex
+    append_once(rows, path, f"slicewise/bronze/{sl.slice_id}", {**metadata, "attempt": attempt})
     metrics = commit_metrics(spark, path, attempt)
     if metrics is None:
-        rows = of_slice(spark, path, BRONZE, slice_id).count()
+        rows_stored = of_slice(spark, path, BRONZE, sl.slice_id).count()
         log.info("%s was committed by a concurrent attempt; nothing to do", sl.describe())
-        ledger.record_step(slice_id, "bronze", {"rows": rows})
-        return BronzeResult(slice_id, rows, committed=False)
-    rows = int(metrics.get("numOutputRows", 0))
-    fault_point("bronze.committed", settings, slice_id)
-    ledger.record_step(slice_id, "bronze", {"rows": rows})
-    log.info("bronze committed %s: %d rows", sl.describe(), rows)
-    return BronzeResult(slice_id, rows, committed=True)
+        ledger.record_step(sl.slice_id, "bronze", {"rows": rows_stored})
+        return BronzeResult(sl.slice_id, rows_stored, committed=False)
+    count = int(metrics.get("numOutputRows", 0))
+    fault_point("bronze.committed", settings, sl.slice_id)
+    ledger.record_step(sl.slice_id, "bronze", {"rows": count})
+    log.info("bronze committed %s: %d rows", sl.describe(), count)
+    return BronzeResult(sl.slice_id, count, committed=True)

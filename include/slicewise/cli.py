@@ -4,8 +4,8 @@ On-call uses this to inspect and re-run a slice exactly as the DAG would:
 
     slicewise status
     slicewise plan --start 2026-11-22T03:00:00Z --end 2026-11-22T04:00:00Z
-    slicewise bronze --slice-id 20261122T030000Z-20261122T040000Z
-    slicewise silver --slice-id ...   |  gate  |  publish  |  replay-quarantine
+    slicewise ingest --slice-id 20261122T030000Z-20261122T040000Z   # bronze + silver
+    slicewise gate --slice-id ...     |  publish  |  bronze  |  silver  |  replay-quarantine
     slicewise pipelines                  # check pipelines.yaml, list its pipelines
 
 Every command takes `--pipeline NAME` (default: SLICEWISE_PIPELINE, else the

@@ -24,6 +24,14 @@ from slicewise.config import Settings, load_settings
 from slicewise.spark import CONNECT_SWITCHES, get_spark, is_remote, ship_package, size_for_slices
 
 
+def _ingest(spark: SparkSession, settings: Settings, args: argparse.Namespace) -> Any:
+    if args.reprocess_from_bronze:
+        return _replay(spark, settings, args)
+    from slicewise.ingest import run_ingest
+
+    return run_ingest(spark, settings, args.slice_id, accept_data_loss=args.accept_data_loss)
+
+
 def _bronze(spark: SparkSession, settings: Settings, args: argparse.Namespace) -> Any:
     from slicewise.bronze import run_bronze
 
@@ -57,6 +65,7 @@ def _replay(spark: SparkSession, settings: Settings, args: argparse.Namespace) -
 
 
 STEPS: dict[str, Callable[[SparkSession, Settings, argparse.Namespace], Any]] = {
+    "ingest": _ingest,
     "bronze": _bronze,
     "silver": _silver,
     "gate": _gate,
@@ -90,15 +99,18 @@ def add_pipeline_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+ACCEPT_DATA_LOSS = {
+    "--accept-data-loss": "ingest what Kafka still retains when part of the slice was "
+    "deleted (logged)",
+}
+REPROCESS_FROM_BRONZE = {
+    "--reprocess-from-bronze": "re-parse the slice's bronze rows with today's rules and "
+    "replay its quarantine",
+}
 STEP_FLAGS = {
-    "bronze": {
-        "--accept-data-loss": "ingest what Kafka still retains when part of the slice was "
-        "deleted (logged)",
-    },
-    "silver": {
-        "--reprocess-from-bronze": "re-parse the slice's bronze rows with today's rules and "
-        "replay its quarantine",
-    },
+    "ingest": {**ACCEPT_DATA_LOSS, **REPROCESS_FROM_BRONZE},
+    "bronze": ACCEPT_DATA_LOSS,
+    "silver": REPROCESS_FROM_BRONZE,
 }
 
 

@@ -29,6 +29,7 @@ from slicewise.contract import beats_sql, key_match_sql, parse_events, silver_sc
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
 from slicewise.pipelines import Pipeline
+from slicewise.slices import Slice
 from slicewise.tables import (
     BRONZE,
     append_once,
@@ -177,15 +178,29 @@ def run_silver(spark: SparkSession, settings: Settings, slice_id: str) -> Silver
 
     Silver does not count: the gate computes the slice's counts from the tables
     (`reconcile.slice_facts`), the same on every rerun, and records them."""
-    return retry_on_conflict(lambda: _silver(spark, settings, slice_id), f"silver of {slice_id}")
+    return retry_on_conflict(
+        lambda: silver_from_bronze(spark, settings, slice_id), f"silver of {slice_id}"
+    )
 
 
-def _silver(spark: SparkSession, settings: Settings, slice_id: str) -> SilverResult:
+def silver_from_bronze(spark: SparkSession, settings: Settings, slice_id: str) -> SilverResult:
+    """Silver of a slice that bronze holds: never Kafka, which may have deleted it since."""
     ledger = Ledger(settings.ledger_dir, settings.topic)
     sl = ledger.load_slice(slice_id)
+    return merge_slice(spark, settings, ledger, sl, parsed_slice(spark, settings, slice_id))
+
+
+def merge_slice(
+    spark: SparkSession, settings: Settings, ledger: Ledger, sl: Slice, parsed: DataFrame
+) -> SilverResult:
+    """Quarantine, `slice_ids` and the MERGE from the slice's `parsed` rows (cached by
+    the caller, unpersisted here once the survivors are cached), then record silver.
+
+    Each write has its own idempotent-write id, so a retry ends the same whether the
+    rows came from bronze or from the one Kafka read of `ingest`."""
+    slice_id = sl.slice_id
     metadata = {"step": "silver", "slice_id": slice_id}
     pipeline = settings.pipeline
-    parsed = parsed_slice(spark, settings, slice_id)
     kept = survivors(valid_events(parsed, pipeline), pipeline)
     try:
         append_once(

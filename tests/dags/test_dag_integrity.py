@@ -40,7 +40,7 @@ def test_one_dag_per_declared_pipeline(two_pipelines_dagbag):
     assert set(bag.dag_ids) == {"slicewise_events", "slicewise_orders", "slicewise_downstream"}
     orders = bag.get_dag("slicewise_orders")
     assert "orders" in orders.tags and "`tenant`, `order.id`" in orders.doc_md
-    argv = orders.get_task("silver").op_kwargs["argv"]
+    argv = orders.get_task("ingest").op_kwargs["argv"]
     assert argv[:2] == ["--pipeline", "orders"]
     [announce] = [t for t in orders.tasks if t.task_id == "announce"]
     assert [a.name for a in announce.outlets] == ["slicewise_orders_silver"]
@@ -76,14 +76,14 @@ def test_dag_is_documented_owned_tagged_and_retried(two_pipelines_dagbag, dag_id
 @pytest.mark.parametrize("dag_id", ["slicewise_events", "slicewise_orders"])
 def test_pipeline_order_and_params(two_pipelines_dagbag, dag_id):
     dag = two_pipelines_dagbag.get_dag(dag_id)
-    order = ["wait_for_interval_close", "plan", "bronze", "silver", "gate", "publish", "announce"]
+    order = ["wait_for_interval_close", "plan", "ingest", "gate", "publish", "announce"]
     for upstream, downstream in zip(order, order[1:], strict=False):
         assert downstream in dag.get_task(upstream).downstream_task_ids
     params = dag.params.dump()
     assert params == {"accept_data_loss": False, "reprocess_from_bronze": False}
     from slicewise.operators import SliceSparkConnectOperator
 
-    for step in ("bronze", "silver", "gate", "publish"):
+    for step in ("ingest", "gate", "publish"):
         task = dag.get_task(step)
         assert isinstance(task, SliceSparkConnectOperator), step  # the default mode
         assert (task.conn_id, task.step) == ("spark_connect_default", step)
@@ -100,7 +100,7 @@ def test_the_submit_mode_is_chosen_by_configuration(airflow_db, monkeypatch):
 
     monkeypatch.setenv("SLICEWISE_SPARK_MODE", "submit")
     dag = DagBag(dag_folder=str(DAGS)).get_dag("slicewise_events")
-    for step in ("bronze", "silver", "gate", "publish"):
+    for step in ("ingest", "gate", "publish"):
         task = dag.get_task(step)
         assert isinstance(task, SliceSparkSubmitOperator) and task._conn_id == "spark_default"
         assert task.application.endswith(f"spark_jobs/{step}.py")

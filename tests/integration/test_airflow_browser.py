@@ -216,15 +216,15 @@ def test_backfills_and_a_clear_from_the_ui_run_each_slice_once(
         assert third[hours[0]].state == "success"
         assert third[hours[0]].started > second[hours[0]].started
 
-        # Clear silver with its downstream (gate, publish, announce) on the third hour's run.
+        # Clear ingest with its downstream (gate, publish, announce) on the third hour's run.
         run_id = run_ids(services)[hours[2]]
         finished = services.runs()[0][hours[2]].started
-        ui.clear_with_downstream(run_id, "silver", affected=4)
+        ui.clear_with_downstream(run_id, "ingest", affected=4)
         assert wait_for_run(services, hours[2], started_after=finished) == "success", (
             services.tail()
         )
         assert {t: n for t, n in tries(services, run_id).items() if n > 1} == {
-            "silver": 2,
+            "ingest": 2,
             "gate": 2,
             "publish": 2,
             "announce": 2,

@@ -169,12 +169,11 @@ def test_a_failure_in_every_task_then_its_retry_ends_exactly_right(spark, dag_en
     fired = sorted(p.name.split("-")[0] for p in (settings.state_dir / "faults").iterdir())
     assert fired == sorted(POINTS)
     tries = {ti.task_id: ti.try_number for ti in run.get_task_instances()}
-    # silver has two fault points, so it needed a third try.
+    # ingest passes bronze's fault point and silver's two, so it needed a fourth try.
     assert tries == {
         "wait_for_interval_close": 1,
         "plan": 2,
-        "bronze": 2,
-        "silver": 3,
+        "ingest": 4,
         "gate": 2,
         "publish": 2,
         "announce": 2,
@@ -200,7 +199,7 @@ def test_the_spark_submit_mode_runs_the_dag_end_to_end(spark, pipeline, airflow_
     from slicewise.operators import SliceSparkSubmitOperator
 
     settings, producer, dag = load_dag(pipeline, monkeypatch, "submit")
-    assert isinstance(dag.get_task("silver"), SliceSparkSubmitOperator)
+    assert isinstance(dag.get_task("ingest"), SliceSparkSubmitOperator)
     start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
     produce_hour(producer, start)
     run = dag.test(logical_date=start + timedelta(hours=1))

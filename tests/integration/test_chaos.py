@@ -41,7 +41,7 @@ from pyspark.sql import functions as F
 from slicewise.config import Settings, load_settings
 from slicewise.connect_server import SparkConnectServer
 from slicewise.faults import POINTS
-from slicewise.ledger import STEPS, Ledger
+from slicewise.ledger import Ledger
 from slicewise_dev.airflow_env import VENV_BIN, airflow_env
 from slicewise_dev.broker import LocalBroker, free_ports, running_broker
 from slicewise_dev.source import Faults, Manifest, produce
@@ -52,7 +52,8 @@ RUNS = int(os.environ.get("SLICEWISE_CHAOS_RUNS", "1"))
 STORE = os.environ.get("SLICEWISE_CHAOS_STORE", "local")  # or "s3": the tests' S3 server
 KILLED = -signal.SIGKILL  # Popen.returncode of a process that died of SIGKILL
 FAULTS = Faults(duplicate_rate=0.05, aborted_rate=0.1, malformed_rate=0.03, drift_rate=0.05)
-ATTEMPTS = 4  # silver has two fault points, so it may need a third try; one spare
+ATTEMPTS = 5  # ingest passes three fault points (bronze's, silver's two), so it may need a fourth try; one spare
+STEPS = ("plan", "ingest", "gate", "publish")  # the DAG's
 
 
 class Slice:
@@ -122,7 +123,7 @@ class Slice:
 
 # Seconds a clean attempt of each step takes as a client of a warm server on a 2-core
 # machine (process start and imports included); strikes are drawn over that span.
-STEP_SECONDS = {"plan": 2.5, "bronze": 7.0, "silver": 9.0, "gate": 12.0, "publish": 7.0}
+STEP_SECONDS = {"plan": 2.5, "ingest": 12.0, "gate": 12.0, "publish": 7.0}
 
 
 def strike_after(rng: random.Random, step: str) -> float:
@@ -190,15 +191,15 @@ def orphan(sl: Slice, step: str, rng: random.Random) -> int:
     return int(struck)
 
 
-# When plan and bronze talk to Kafka, in seconds after launch on a 2-core machine: plan
-# once its imports are done, bronze once its session is open. A strike drawn over a whole
+# When plan and ingest talk to Kafka, in seconds after launch on a 2-core machine: plan
+# once its imports are done, ingest once its session is open. A strike drawn over a whole
 # step (strike_after) often came after the read, or after the step had ended.
-KAFKA_READS = {"plan": (0.5, 2.0), "bronze": (2.0, 7.0)}
+KAFKA_READS = {"plan": (0.5, 2.0), "ingest": (2.0, 7.0)}
 
 
 def broker_restart(sl: Slice, step: str, rng: random.Random) -> int:
     """The broker goes down (SIGTERM) at a random moment while a step that reads Kafka
-    (plan, bronze) runs, stays down 0-20 s, and comes back on the same data; if the attempt
+    (plan, ingest) runs, stays down 0-20 s, and comes back on the same data; if the attempt
     failed, it is retried."""
     first = sl.launch(step)
     struck = step in KAFKA_READS and sl.outlives(first, rng.uniform(*KAFKA_READS[step]))

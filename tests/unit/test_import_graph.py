@@ -28,6 +28,7 @@ LAYERS: list[set[str]] = [
     {"planner"},  # the data path, in its order
     {"bronze"},
     {"silver"},
+    {"ingest"},  # bronze and silver from one Kafka read
     {"reconcile"},
     {"replay"},
     {"gate"},
