@@ -120,9 +120,20 @@ def isolation(settings: Settings, params: dict) -> dict:
 EVENT_SCHEMA = "event_id string, event_type string, occurred_at string, payload string"
 
 
+def rounds(params: dict, once: Callable[[int], dict]) -> dict:
+    """`once(round)` `params["rounds"]` times in this process, each on fresh tables: the
+    first is the cold figure (a new driver, after its warm-up), the later ones the warm
+    steady state of a long-lived driver."""
+    first, *later = [once(n) for n in range(params.get("rounds", 1))]
+    return {**first, "warm_seconds": [r["seconds"] for r in later]}
+
+
 def w1(settings: Settings, params: dict) -> dict:
     spark = session(settings)
-    root = Path(params["work"]) / "w1"
+    return rounds(params, lambda n: w1_once(spark, settings, Path(params["work"]) / f"w1-{n}"))
+
+
+def w1_once(spark: SparkSession, settings: Settings, root: Path) -> dict:
     bronze, silver, checkpoint = (str(root / n) for n in ("bronze", "silver", "_checkpoint"))
     (
         spark.createDataFrame(
@@ -188,14 +199,26 @@ def w1(settings: Settings, params: dict) -> dict:
 
 
 def w2(settings: Settings, params: dict) -> dict:
+    spark = session(settings)
+    start = datetime.fromisoformat(params["start"])
+
+    def once(n: int) -> dict:
+        env = {
+            **params["env"],
+            "SLICEWISE_STATE_DIR": f"{params['env']['SLICEWISE_STATE_DIR']}-{n}",
+        }
+        return w2_once(spark, load_settings(env), start)
+
+    return rounds(params, once)
+
+
+def w2_once(spark: SparkSession, settings: Settings, start: datetime) -> dict:
     from slicewise.gate import run_gate
     from slicewise.ingest import run_ingest
     from slicewise.planner import plan_slice
     from slicewise.publish import run_publish
     from slicewise.reconcile import SliceCounts
 
-    spark = session(settings)
-    start = datetime.fromisoformat(params["start"])
     steps: dict[str, float] = {}
     steps["plan"], sl = timed(lambda: plan_slice(settings, start, start + timedelta(hours=1)))
     sid = sl.slice_id
