@@ -39,6 +39,9 @@ class Settings:
     spark_remote: str | None = None
     # How long an open transaction may hold a partition's LSO before planning fails; 0: never.
     max_open_transaction_seconds: int = 900
+    # Most records one Spark task reads of a slice (the Kafka source's
+    # maxRecordsPerPartition); 0: one task per Kafka partition, Spark's default.
+    records_per_task: int = 50_000
 
     @property
     def spark_kafka_props(self) -> dict[str, str]:
@@ -182,6 +185,7 @@ def load_settings(env: Mapping[str, str] | None = None, pipeline: str | None = N
         ledger_location=env.get("SLICEWISE_LEDGER_DIR", "").strip() or None,
         spark_remote=_spark_remote(env),
         max_open_transaction_seconds=_int(env, "SLICEWISE_MAX_OPEN_TRANSACTION_SECONDS", 900),
+        records_per_task=_int(env, "SLICEWISE_RECORDS_PER_TASK", 50_000),
     )
     settings.spark_kafka_props  # noqa: B018 - fail fast on settings Spark could not use
     return settings

@@ -131,3 +131,24 @@ def test_two_attempts_of_ingest_at_once_commit_once(spark, spark_remote, pipelin
     assert bronze.count() == 300 == bronze.select("partition", "offset").distinct().count()
     assert silver.count() == 300 == silver.select("event_id").distinct().count()
     assert slice_counts(spark, settings, sl.slice_id).reconciles
+
+
+def test_a_slice_read_in_small_tasks_ends_as_one_read_per_partition(spark, pipeline_factory):
+    """`SLICEWISE_RECORDS_PER_TASK` splits each partition's range into tasks; split ends
+    fall inside transactions, aborted ones and their markers included."""
+    whole, producer = pipeline_factory(SLICEWISE_RECORDS_PER_TASK="0")
+    for n in range(4):
+        producer.send([ev(f"c{n}-{i}", 0.1 + n / 10 + i / 1000, i % 3) for i in range(7)])
+        producer.send([ev(f"a{n}-{i}", 0.15 + n / 10, i % 3) for i in range(5)], commit=False)
+    producer.send([ev("c0-1", 0.9, 2), Record(b"{oops", 1, at(0.95))])
+    split, _ = pipeline_factory(topic=whole.topic, SLICEWISE_RECORDS_PER_TASK="2")
+    assert (whole.records_per_task, split.records_per_task) == (0, 2)
+    sl = plan_slice(whole, at(0), at(1), now=LATER)
+    assert plan_slice(split, at(0), at(1), now=LATER).ranges == sl.ranges
+
+    run_ingest(spark, whole, sl.slice_id)
+    run_ingest(spark, split, sl.slice_id)
+    assert snapshot(spark, split) == snapshot(spark, whole)
+    silver = sorted(r.event_id for r in table(spark, split, "silver").collect())
+    assert silver == sorted(f"c{n}-{i}" for n in range(4) for i in range(7))
+    assert table(spark, split, "bronze").count() == 30

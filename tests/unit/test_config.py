@@ -1,6 +1,10 @@
+from datetime import UTC, datetime
+
 import pytest
 
 from slicewise.config import LOCAL_BOOTSTRAP, ConfigError, load_settings
+
+T0 = datetime(2026, 11, 22, 3, tzinfo=UTC)
 
 
 def test_defaults_need_no_configuration(tmp_path):
@@ -33,6 +37,7 @@ def test_kafka_properties_reach_the_python_clients_as_given():
         ({"SLICEWISE_PIPELINE": "orders"}, "pipeline 'orders' is not defined in"),
         ({"SLICEWISE_PIPELINES_FILE": "/nowhere.yaml"}, "no pipeline definition file here"),
         ({"SLICEWISE_GRACE_SECONDS": "-5"}, "SLICEWISE_GRACE_SECONDS=-5 is below 0"),
+        ({"SLICEWISE_RECORDS_PER_TASK": "-1"}, "SLICEWISE_RECORDS_PER_TASK=-1 is below 0"),
         ({"SLICEWISE_TOPIC": "  "}, "SLICEWISE_TOPIC is blank"),
         ({"SLICEWISE_KAFKA_BOOTSTRAP": "kafka"}, "has no port"),
         (
@@ -99,3 +104,16 @@ def test_spark_finds_the_ledgers_object_store_and_its_credentials_stay_off_the_c
     assert (
         "--properties-file" in command and "wJalr" not in command and "AKIDEXAMPLE" not in command
     )
+
+
+def test_a_slice_is_read_in_tasks_of_bounded_size_unless_switched_off():
+    from slicewise.bronze import kafka_options
+    from slicewise.slices import Slice
+
+    sl = Slice("t", T0, T0, {0: (0, 10), 1: (5, 5)})
+    ranges = dict(sl.ranges)
+    options = kafka_options(load_settings({}), sl, ranges)
+    assert options["maxRecordsPerPartition"] == "50000"
+    assert options["assign"] == '{"t": [0]}'  # an empty range is not read at all
+    off = load_settings({"SLICEWISE_RECORDS_PER_TASK": "0"})
+    assert "maxRecordsPerPartition" not in kafka_options(off, sl, ranges)
