@@ -17,6 +17,7 @@ from slicewise import bronze as bronze_module
 from slicewise import cli
 from slicewise.bronze import run_bronze
 from slicewise.holds import StuckTransaction
+from slicewise.ingest import run_ingest
 from slicewise.kafka.offsets import TopicOffsets
 from slicewise.ledger import Ledger
 from slicewise.planner import IntervalNotClosed, plan_slice
@@ -51,9 +52,9 @@ def table(spark, settings, name):
 
 
 def run_slice(spark, settings, start: float, end: float):
+    """Plan, then the DAG's `ingest` (bronze and silver from one read)."""
     sl = plan_slice(settings, at(start), at(end), now=LATER)
-    run_bronze(spark, settings, sl.slice_id)
-    run_silver(spark, settings, sl.slice_id)
+    run_ingest(spark, settings, sl.slice_id)
     return sl, slice_counts(spark, settings, sl.slice_id)  # as the gate counts
 
 

@@ -8,10 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from slicewise.bronze import run_bronze
+from slicewise.ingest import run_ingest
 from slicewise.planner import plan_slice
 from slicewise.reconcile import slice_counts
-from slicewise.silver import run_silver
 from slicewise_dev.airflow_env import VENV_BIN
 from slicewise_dev.source import Manifest
 
@@ -48,8 +47,7 @@ def test_silver_and_quarantine_equal_the_oracle_of_a_faulty_stream(spark, pipeli
     counts = []
     for k in range(-1, 3):  # skewed timestamps spill into the neighbouring hours
         sl = plan_slice(settings, start + timedelta(hours=k), start + timedelta(hours=k + 1))
-        run_bronze(spark, settings, sl.slice_id)
-        run_silver(spark, settings, sl.slice_id)
+        run_ingest(spark, settings, sl.slice_id)  # the DAG's step
         counts.append(slice_counts(spark, settings, sl.slice_id))
 
     silver = spark.read.format("delta").load(settings.table("silver"))
