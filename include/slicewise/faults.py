@@ -8,7 +8,8 @@ retry runs clean, which is exactly what a crash followed by an Airflow retry
 looks like. Nothing sets the variable in production.
 
 Points: plan.resolved, bronze.committed, silver.quarantined, silver.merged,
-gate.validated, publish.gold_written, announce.recorded.
+gate.validated, publish.gold_written, announce.recorded. The `ingest` step passes
+bronze's point and then silver's two.
 
 `SLICEWISE_FAULT_ACTION=kill` (the chaos suite) sends SIGKILL to the whole process
 group instead: a `spark-submit` started in its own session dies like a driver under
