@@ -1,15 +1,17 @@
 """Silver: each valid key once, via an idempotent MERGE bounded by the horizon.
 
-The slice is parsed here, once (`parsed_slice`, compiled from the pipeline's
-definition): its bad records go to quarantine, its valid events' keys to
-`slice_ids` (what the gate and publish need of it), and its events into silver.
-Within the slice the survivor rule picks one copy per key (`survivors`: the lowest
-Kafka position unless the definition orders by a field). Across slices the MERGE
-replaces a stored copy only by one the same rule prefers, so silver ends the same
-whatever order slices run in and however often. The MERGE only looks at silver rows whose event_date lies within the dedup
-horizon of the slice's own dates: Delta prunes every other partition, so its cost
-follows the slice, not the table. Silver has deletion vectors: a MERGE marks the
-rows it replaces instead of rewriting every file that holds a matched row.
+The slice is parsed once (compiled from the pipeline's definition: by `ingest` off
+its one Kafka read, or here off bronze, `parsed_slice`), and `merge_slice` writes it:
+its bad records go to quarantine, its valid events' keys to `slice_ids` (what the
+gate and publish need of it), and its events into silver. Within the slice the
+survivor rule picks one copy per key (`survivors`: the lowest Kafka position unless
+the definition orders by a field). Across slices the MERGE replaces a stored copy
+only by one the same rule prefers, so silver ends the same whatever order slices run
+in and however often. The MERGE only looks at silver rows whose event_date lies
+within the dedup horizon of the slice's own dates: Delta prunes every other
+partition, so its cost follows the slice, not the table. Silver has deletion
+vectors: a MERGE marks the rows it replaces instead of rewriting every file that
+holds a matched row.
 """
 
 from __future__ import annotations
