@@ -46,6 +46,7 @@ PARTITIONS = 3
 TARGETS = {  # from the issues (a one-pass data path)
     "W2/W1": (">=", 1.0),
     "W2/W1 peak memory": ("<=", 1.25),
+    "W2/W1 via Airflow": (">=", 1.5),
     "W2/W0": (">=", 0.3),
     "MERGE 100x / 1x": ("<=", 1.2),
     "gate share of slice time": ("<=", 0.10),
@@ -199,6 +200,39 @@ def airflow_run(settings: Settings, start: datetime, work: Path) -> dict:
     return {"seconds": run.seconds, "wall": wall, "peak_rss": peak, "rows": rows}
 
 
+def airflow_w1_run(settings: Settings, start: datetime, work: Path) -> dict:
+    """W1 as teams schedule it, on the same Airflow set-up as W2's scheduled run: one
+    backfilled run of `bench/dags/bench_w1.py`, whose one task spark-submits the same
+    AvailableNow job (a new application, so a JVM start, per run). Same figures as
+    `airflow_run`."""
+    root = work / "w1-airflow"
+    # Classic: this process opened a Connect session for W2's run, which marks its children.
+    env = {
+        **classic_env(airflow_env(settings)),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "bench" / "dags"),
+        "AIRFLOW_VAR_BENCH_W1_ROOT": str(root),
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    with AirflowServices(env, work / "airflow-w1-logs", dag_ids=("bench_w1",)) as services:
+        print(f"[{datetime.now():%H:%M:%S}] w1 through Airflow ...", flush=True)
+        rss = PeakRss(services.pid("scheduler"))
+        t0 = time.perf_counter()
+        runs = services.backfill(
+            start, start + timedelta(hours=1), until_closed=False, dag_id="bench_w1"
+        )
+        wall, peak = time.perf_counter() - t0, rss.stop()
+    (run,) = runs.values()
+    merged = list(root.glob("*/silver/_delta_log/00000000000000000001.json"))  # its MERGE
+    if run.state != "success" or not merged:
+        raise SystemExit(f"W1's DAG run failed ({run.state}); see {work / 'airflow-w1-logs'}")
+    print(
+        f"[{datetime.now():%H:%M:%S}] w1 through Airflow: run {run.seconds:.0f}s, {wall:.0f}s "
+        "from `backfill create`",
+        flush=True,
+    )
+    return {"seconds": run.seconds, "wall": wall, "peak_rss": peak}
+
+
 def machine() -> str:
     cpu = next(
         (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line),
@@ -271,7 +305,7 @@ def main() -> None:
             size: dict = {"records": n, "produced": produced}
             runs: dict[str, list[dict]] = {}
             names = [name for name in ("w0", "w1", "w2") if name in chosen]
-            for rep in range(args.repeats):
+            for rep in range(args.repeats if names else 0):
                 # Alternating order: no workload always runs first, or always after another.
                 for name in names[rep % len(names) :] + names[: rep % len(names)]:
                     params = {**common, "env": env_for(f"{name}-{rep}"), "rounds": ROUNDS[name]}
@@ -281,6 +315,9 @@ def main() -> None:
             if first and "airflow" in chosen:
                 results["w2_airflow"] = airflow_run(
                     load_settings(env_for("w2-airflow")), start, work
+                )
+                results["w1_airflow"] = airflow_w1_run(
+                    load_settings(env_for("w1-airflow")), start, work
                 )
             if first and "w3" in chosen:
                 results["w3"] = workload(

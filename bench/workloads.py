@@ -130,7 +130,7 @@ def rounds(params: dict, once: Callable[[int], dict]) -> dict:
 
 def w1(settings: Settings, params: dict) -> dict:
     spark = session(settings)
-    return rounds(params, lambda n: w1_once(spark, settings, Path(params["work"]) / f"w1-{n}"))
+    return rounds(params, lambda n: w1_once(spark, settings, settings.state_dir / f"w1-{n}"))
 
 
 def w1_once(spark: SparkSession, settings: Settings, root: Path) -> dict:
