@@ -31,7 +31,7 @@ chaos: bootstrap ## the chaos suite: 20 randomized runs per scenario, each appen
 chaos-report: bootstrap ## the chaos table summed over every run recorded in tests/chaos_runs.jsonl
 	@$(VENV)/python tests/integration/chaos_log.py
 
-bench: bootstrap ## the benchmark (W0-W3 side by side, 15-20 min): table, raw numbers and plot in bench/results/
+bench: bootstrap ## the benchmark (W0-W3 side by side, about 30 min): table, raw numbers and plot in bench/results/
 	@$(VENV)/python bench/run.py $(BENCH_ARGS)
 
 lint: bootstrap ## ruff lint (with Airflow AIR3 rules) and format check
