@@ -99,22 +99,20 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
                 f"| {size['records']:,} | {name} | {text} | {_median_and_range(w)} "
                 f"| {rows / w['seconds'] / cores:,.0f} | {w['peak_rss'] / 2**20:,.0f} MiB |"
             )
-    if "w2_airflow" in r:
-        w, first = r["w2_airflow"], r["slices"][0]
-        lines.append(
-            f"| {first['records']:,} | W2 via Airflow | one scheduled run (a backfill through our "
-            "scheduler, LocalExecutor), steps on a warm Spark Connect server "
-            f"| {w['seconds']:.1f} "
-            f"| {first['w2']['rows'] / w['seconds'] / cores:,.0f} | {w['peak_rss'] / 2**20:,.0f} MiB |"
-        )
-    if "w1_airflow" in r:
-        w, first = r["w1_airflow"], r["slices"][0]
-        lines.append(
-            f"| {first['records']:,} | W1 via Airflow | one scheduled run of a DAG whose one "
-            "task spark-submits W1's job, on the same Airflow set-up "
-            f"| {w['seconds']:.1f} "
-            f"| {first['w2']['rows'] / w['seconds'] / cores:,.0f} | {w['peak_rss'] / 2**20:,.0f} MiB |"
-        )
+    scheduled = {
+        "w2_airflow": "W2 via Airflow | one scheduled run (a backfill through our scheduler, "
+        "LocalExecutor), steps on a warm Spark Connect server",
+        "w1_airflow": "W1 via Airflow | one scheduled run of a DAG whose one task "
+        "spark-submits W1's job, on the same Airflow set-up",
+    }
+    for key, text in scheduled.items():
+        if key in r:
+            w, first = r[key], r["slices"][0]
+            lines.append(
+                f"| {first['records']:,} | {text} | {w['seconds']:.1f} "
+                f"| {first['w2']['rows'] / w['seconds'] / cores:,.0f} "
+                f"| {w['peak_rss'] / 2**20:,.0f} MiB |"
+            )
     lines += ["", "| figure | measured | target | met |", "|---|---:|---:|---|"]
     for name, value in ratios(r).items():
         key = name.split(" (")[0]
