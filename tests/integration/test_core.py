@@ -300,6 +300,29 @@ def on_any_store(request, pipeline_factory):
     return pipeline_factory()
 
 
+def race(spark_remote: str, settings, step, slice_id: str) -> list:
+    """`step` of one slice by two client sessions of one server at once (a zombie attempt
+    and its retry); their results, once neither failed (the loser re-checked and found
+    the slice done)."""
+    results, errors = [], []
+
+    def attempt():
+        try:
+            session = remote_session(spark_remote, fresh=True)
+            try:
+                results.append(step(session, settings, slice_id))
+            finally:
+                session.stop()
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=attempt) for _ in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert errors == [] and len(results) == 2
+    return results
+
+
 def test_concurrent_attempts_of_one_slice_commit_once(spark, spark_remote, on_any_store):
     """A zombie attempt and its retry race, as two client sessions of one server;
     the tables end as if one ran."""
@@ -308,28 +331,9 @@ def test_concurrent_attempts_of_one_slice_commit_once(spark, spark_remote, on_an
     sl = plan_slice(settings, at(0), at(1), now=LATER)
     assert all(until - frm == 101 for frm, until in sl.ranges.values()), sl.describe()  # + marker
 
-    def race(step):
-        results, errors = [], []
-
-        def attempt():
-            try:
-                session = remote_session(spark_remote, fresh=True)
-                try:
-                    results.append(step(session, settings, sl.slice_id))
-                finally:
-                    session.stop()
-            except Exception as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=attempt) for _ in range(2)]
-        [t.start() for t in threads]
-        [t.join() for t in threads]
-        assert errors == [] and len(results) == 2  # the loser re-checked and found the slice done
-        return results
-
-    bronze_results = race(run_bronze)
+    bronze_results = race(spark_remote, settings, run_bronze, sl.slice_id)
     assert sorted(r.committed for r in bronze_results) == [False, True]  # exactly one commit
-    race(run_silver)
+    race(spark_remote, settings, run_silver, sl.slice_id)
     bronze, silver = table(spark, settings, "bronze"), table(spark, settings, "silver")
     assert bronze.count() == 300 == bronze.select("partition", "offset").distinct().count()
     assert silver.count() == 300 == silver.select("event_id").distinct().count()

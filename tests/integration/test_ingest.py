@@ -4,12 +4,10 @@ after its bronze commit, a racing attempt, and records Kafka deleted meanwhile."
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
-from test_core import LATER, at, ev, snapshot, table
+from test_core import LATER, at, ev, race, snapshot, table
 
 from slicewise.bronze import run_bronze
 from slicewise.faults import InjectedFault
@@ -18,7 +16,6 @@ from slicewise.ledger import Ledger
 from slicewise.planner import plan_slice
 from slicewise.reconcile import slice_counts
 from slicewise.silver import run_silver
-from slicewise.spark import remote_session
 from slicewise_dev.producer import Record
 
 pytestmark = pytest.mark.integration
@@ -110,22 +107,7 @@ def test_two_attempts_of_ingest_at_once_commit_once(spark, spark_remote, pipelin
     settings, producer = pipeline
     producer.send([ev(f"z-{n}", 0.1 + n / 1000, n % 3) for n in range(300)])
     sl = plan_slice(settings, at(0), at(1), now=LATER)
-    results, errors = [], []
-
-    def attempt():
-        try:
-            session = remote_session(spark_remote, fresh=True)
-            try:
-                results.append(run_ingest(session, settings, sl.slice_id))
-            finally:
-                session.stop()
-        except Exception as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=attempt) for _ in range(2)]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
-    assert errors == [] and len(results) == 2
+    results = race(spark_remote, settings, run_ingest, sl.slice_id)
     assert sorted(r.bronze.committed for r in results) == [False, True]
     bronze, silver = table(spark, settings, "bronze"), table(spark, settings, "silver")
     assert bronze.count() == 300 == bronze.select("partition", "offset").distinct().count()
