@@ -1,6 +1,7 @@
 """The quality gate: prove the slice's effect on silver before anything is published.
 
-The gate computes the slice's facts in one query (`reconcile.slice_facts`) and
+The gate computes the slice's facts (`reconcile.slice_facts`: one query for the
+window and totals, then three side by side) and
 Great Expectations validates them, one expectation per fact (suite `slice_facts`,
 on the one-row frame of facts, in pandas: no further Spark job):
   * bronze rows = quarantined + duplicates + silver rows, and no valid event_id of
@@ -13,8 +14,8 @@ on the one-row frame of facts, in pandas: no further Spark job):
 When a fact about the silver rows fails, or the pipeline's definition declares
 expectations of its own, the row-level suite (`silver_slice`: the built-in row
 checks plus the declared ones) runs on those rows too, so the report names the
-offending keys. One aggregation instead of GX's ~50 small jobs over the rows: on a
-passing slice of a pipeline without extra expectations the gate costs one query.
+offending keys. A few aggregations instead of GX's ~50 small jobs over the rows: on a
+passing slice of a pipeline without extra expectations that is all the gate reads.
 The slice's keys are those silver kept (`slice_ids`): the gate reads tables only and
 never parses the slice again.
 A failure raises `GateFailed` naming the offending ids and counts, after writing
@@ -42,7 +43,6 @@ from slicewise.reconcile import (
     recorded_ids,
     silver_window,
     slice_facts,
-    slice_window,
 )
 from slicewise.tables import read_table
 
@@ -120,8 +120,8 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
     ledger.load_slice(slice_id)
     if ledger.step(slice_id, "silver") is None:
         raise GateFailed(
-            f"slice {slice_id} has not been through silver; run `slicewise silver --slice-id "
-            f"{slice_id}` (or clear the silver task) first. Nothing was published."
+            f"slice {slice_id} has not been through silver; clear its `ingest` task (or run "
+            f"`slicewise ingest --slice-id {slice_id}`) first. Nothing was published."
         )
     counts, reports = _validate(spark, settings, slice_id)
     success = all(r.success for r in reports)
@@ -172,8 +172,7 @@ def _validate(
     pipeline = settings.pipeline
     schema = silver_schema(pipeline)
     row_suite = silver_slice_suite(pipeline)  # first: a bad declared expectation fails fast
-    window = slice_window(spark, settings, slice_id)
-    facts = slice_facts(spark, settings, slice_id, window)
+    window, facts = slice_facts(spark, settings, slice_id)
     counts = counts_of(slice_id, facts)
     silver = read_table(spark, settings.table("silver"), schema)
     expected = {f.name for f in schema.fields}

@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from slicewise.config import Settings
 from slicewise.contract import KAFKA_POSITION, required_columns, silver_schema, slice_ids_schema
-from slicewise.tables import BRONZE, QUARANTINE, of_slice, read_table
+from slicewise.tables import BRONZE, QUARANTINE, of_slice, read_table, side_by_side
 from slicewise.transforms import event_date_span, horizon_window
 
 
@@ -61,7 +61,10 @@ def slice_window(
 ) -> tuple[date, date] | None:
     """Event dates the slice's MERGE may touch (its dates widened by the dedup horizon),
     or None when it has no valid event."""
-    span = event_date_span(recorded_ids(spark, settings, slice_id)).first()
+    return _window(event_date_span(recorded_ids(spark, settings, slice_id)).first(), settings)
+
+
+def _window(span: Row | None, settings: Settings) -> tuple[date, date] | None:
     if span is None or span["first"] is None:
         return None
     return horizon_window(span["first"], span["last"], settings.dedup_horizon_days)
@@ -79,20 +82,31 @@ def silver_window(
 
 
 def slice_facts(
-    spark: SparkSession, settings: Settings, slice_id: str, window: tuple[date, date] | None
-) -> dict[str, int]:
-    """Everything the gate proves about a slice, in one query: the counts that must
-    reconcile (bronze, quarantine, the slice's ids left-joined to silver's window) and
-    the facts of the silver rows that carry the slice's keys (how many, duplicates,
-    nulls in required columns, negative Kafka positions)."""
+    spark: SparkSession, settings: Settings, slice_id: str
+) -> tuple[tuple[date, date] | None, dict[str, int]]:
+    """Everything the gate proves about a slice: the window of silver its MERGE
+    looked at, the counts that must reconcile (bronze, quarantine, the slice's ids
+    left-joined to silver's window) and the facts of the silver rows that carry the
+    slice's keys (how many, duplicates, nulls in required columns, negative Kafka
+    positions).
+
+    The slice's ids give its window and totals in one query; then the join and the
+    two counts run side by side (three small jobs keep two cores busier than one
+    plan that runs them in turn)."""
     key = list(settings.pipeline.key_columns)
     required = required_columns(settings.pipeline)
+    ids = recorded_ids(spark, settings, slice_id)
+    totals = ids.agg(
+        F.coalesce(F.sum("copies"), F.lit(0)).alias("valid"),
+        F.count("*").alias("distinct_ids"),
+        F.min("event_date").alias("first"),
+        F.max("event_date").alias("last"),
+    ).first()
+    window = _window(totals, settings)
     # The slice's keys are distinct (one row per key), so joining silver's window to
     # them yields each silver row that carries one of them exactly once, plus one row
     # without `_stored` per key found nowhere: one join and one aggregation, where
-    # grouping the whole window by key first cost a shuffle more. The slice's own
-    # totals (`copies`) come from its keys alone.
-    ids = recorded_ids(spark, settings, slice_id)
+    # grouping the whole window by key first cost a shuffle more.
     stored = silver_window(spark, settings, window).select(
         *key,
         F.lit(True).alias("_stored"),
@@ -111,22 +125,23 @@ def slice_facts(
             *[F.count_if(F.col(f"_{c}") < 0).alias(f"negative_{c}") for c in KAFKA_POSITION],
         )
     )  # fmt: skip
-    totals = ids.agg(
-        F.coalesce(F.sum("copies"), F.lit(0)).alias("valid"), F.count("*").alias("distinct_ids")
+    found_row, read, quarantined = side_by_side(
+        lambda: found.first(),
+        lambda: of_slice(spark, settings.table("bronze"), BRONZE, slice_id).count(),
+        lambda: of_slice(spark, settings.table("quarantine"), QUARANTINE, slice_id).count(),
     )
-    read = of_slice(spark, settings.table("bronze"), BRONZE, slice_id).agg(
-        F.count("*").alias("read")
-    )
-    quarantined = of_slice(spark, settings.table("quarantine"), QUARANTINE, slice_id).agg(
-        F.count("*").alias("quarantined")
-    )
-    row = found.crossJoin(totals).crossJoin(read).crossJoin(quarantined).first()
-    facts = {k: int(v) for k, v in row.asDict().items()}
+    facts = {k: int(v) for k, v in found_row.asDict().items()}
+    facts |= {
+        "valid": int(totals["valid"]),
+        "distinct_ids": int(totals["distinct_ids"]),
+        "read": read,
+        "quarantined": quarantined,
+    }
     # Every silver row of the slice's keys beyond one per key found is an extra copy.
     found_keys = facts["distinct_ids"] - facts["missing"]
     facts["duplicate_keys"] = facts["silver_rows"] - found_keys
     facts["elsewhere"] = facts["silver_rows"] - facts["inserted"]
-    return facts
+    return window, facts
 
 
 def counts_of(slice_id: str, facts: dict[str, int]) -> SliceCounts:
@@ -143,5 +158,5 @@ def counts_of(slice_id: str, facts: dict[str, int]) -> SliceCounts:
 
 def slice_counts(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCounts:
     """The slice's counts, from the tables as they are now."""
-    window = slice_window(spark, settings, slice_id)
-    return counts_of(slice_id, slice_facts(spark, settings, slice_id, window))
+    _, facts = slice_facts(spark, settings, slice_id)
+    return counts_of(slice_id, facts)

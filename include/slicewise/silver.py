@@ -39,6 +39,7 @@ from slicewise.tables import (
     delta_ref,
     of_slice,
     retry_on_conflict,
+    side_by_side,
     table_properties,
 )
 from slicewise.transforms import (
@@ -196,15 +197,18 @@ def merge_slice(
     spark: SparkSession, settings: Settings, ledger: Ledger, sl: Slice, parsed: DataFrame
 ) -> SilverResult:
     """Quarantine, `slice_ids` and the MERGE from the slice's `parsed` rows (cached by
-    the caller, unpersisted here once the survivors are cached), then record silver.
+    the caller, unpersisted here once written), then record silver.
 
-    Each write has its own idempotent-write id, so a retry ends the same whether the
-    rows came from bronze or from the one Kafka read of `ingest`."""
+    The three writes are independent, so they run side by side; each has its own
+    idempotent-write id, so a retry ends the same whether the rows came from bronze
+    or from the one Kafka read of `ingest`, and whichever of them had committed."""
     slice_id = sl.slice_id
     metadata = {"step": "silver", "slice_id": slice_id}
     pipeline = settings.pipeline
-    kept = survivors(valid_events(parsed, pipeline), pipeline)
-    try:
+    # Cached: the ids, the span and the MERGE all read the survivors.
+    kept = survivors(valid_events(parsed, pipeline), pipeline).cache()
+
+    def quarantine() -> None:
         append_once(
             quarantined(parsed),
             settings.table("quarantine"),
@@ -212,32 +216,33 @@ def merge_slice(
             metadata,
         )
         fault_point("silver.quarantined", settings, slice_id)
-        # Cached: the ids, the span and the MERGE all read the survivors.
-        kept = kept.cache()
+
+    def ids() -> None:
         append_once(
             slice_ids(kept, pipeline),
             settings.table("slice_ids"),
             f"slicewise/slice_ids/{slice_id}",
             metadata,
         )
-        parsed.unpersist()
+
+    def merge() -> tuple[date, date] | None:
         span = event_date_span(kept).first()
-        window = (
-            None
-            if span["first"] is None
-            else horizon_window(span["first"], span["last"], settings.dedup_horizon_days)
-        )
-        if window is not None:
-            merge_into_silver(
-                spark,
-                settings.table("silver"),
-                pipeline,
-                conform(kept, silver_schema(pipeline)),
-                window,
-                f"slicewise/silver/{slice_id}",
-            )
-        else:
+        if span["first"] is None:
             ensure_silver(spark, settings.table("silver"), pipeline)
+            return None
+        window = horizon_window(span["first"], span["last"], settings.dedup_horizon_days)
+        merge_into_silver(
+            spark,
+            settings.table("silver"),
+            pipeline,
+            conform(kept, silver_schema(pipeline)),
+            window,
+            f"slicewise/silver/{slice_id}",
+        )
+        return window
+
+    try:
+        *_, window = side_by_side(quarantine, ids, merge)
     finally:
         parsed.unpersist()
         kept.unpersist()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
@@ -200,3 +201,15 @@ def retry_on_conflict(step: Callable[[], T], what: str, attempts: int = 6) -> T:
                 attempt + 1,
             )
     raise AssertionError("unreachable")
+
+
+def side_by_side(*steps: Callable[[], T]) -> list[T]:
+    """Run independent Spark actions at once; their results in order.
+
+    A write spends much of its time on the driver (planning, Delta's commit and log
+    listing) while the cores idle; actions submitted together keep them busy. All run
+    to the end before the first failure is raised, so no write is left half-watched.
+    """
+    with ThreadPoolExecutor(len(steps)) as pool:
+        futures = [pool.submit(step) for step in steps]
+    return [future.result() for future in futures]
