@@ -2,7 +2,7 @@
 
 On-call uses this to inspect and re-run a slice exactly as the DAG would:
 
-    slicewise status
+    slicewise status                     # the 24 latest slices (--last N, --since, --slice-id)
     slicewise plan --start 2026-11-22T03:00:00Z --end 2026-11-22T04:00:00Z
     slicewise ingest --slice-id 20261122T030000Z-20261122T040000Z   # bronze + silver
     slicewise gate --slice-id ...     |  publish  |  bronze  |  silver  |  replay-quarantine
@@ -29,6 +29,7 @@ from slicewise.jobs import STEPS, add_pipeline_arg, step_parser
 from slicewise.kafka.offsets import KafkaUnavailable, TopicOffsets
 from slicewise.ledger import STEPS as LEDGER_STEPS
 from slicewise.ledger import Ledger
+from slicewise.slices import Slice
 
 
 def instant(text: str) -> datetime:
@@ -39,9 +40,9 @@ def instant(text: str) -> datetime:
     return value
 
 
-def status_rows(ledger: Ledger) -> list[dict]:
+def status_rows(ledger: Ledger, shown: list[Slice]) -> list[dict]:
     rows = []
-    for sl in ledger.slices():
+    for sl in shown:
         steps = {
             step: ledger.step(sl.slice_id, step)
             for step in (*LEDGER_STEPS, "replay", "data_loss_ack")
@@ -77,8 +78,21 @@ def status_rows(ledger: Ledger) -> list[dict]:
     return rows
 
 
+def shown_slices(
+    ledger: Ledger, last: int, since: datetime | None, slice_id: str | None
+) -> list[Slice]:
+    """The slices `status` shows: one by id, those since a time, or the latest `last`;
+    never a read of the whole history."""
+    if slice_id is not None:
+        return [ledger.load_slice(slice_id)]
+    if since is not None:
+        return ledger.latest_slices(sys.maxsize, since=since)
+    return ledger.latest_slices(last)
+
+
 def status_freshness(settings: Settings, ledger: Ledger, rows: list[dict]) -> Freshness:
-    """Freshness from the ledger and the topic's LSOs; status still answers when Kafka does not."""
+    """Freshness from the newest boundary and the topic's LSOs (status still answers when
+    Kafka does not); the newest publication among the slices shown."""
     try:
         last_stable = TopicOffsets.of(settings, timeout=5.0).last_stable()
     except KafkaUnavailable as exc:
@@ -93,7 +107,8 @@ def status_freshness(settings: Settings, ledger: Ledger, rows: list[dict]) -> Fr
         for r in rows
         if r["steps"]["publish"] != "-"
     ]
-    return freshness(ledger.boundaries(), last_stable, published)
+    newest = ledger.newest_boundary()
+    return freshness([newest] if newest else [], last_stable, published)
 
 
 def print_holds(holds: list[Hold], now: datetime) -> None:
@@ -156,6 +171,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_pipeline_arg(plan)
     status = sub.add_parser("status", help="slices, offsets, steps and counts from the ledger")
     status.add_argument("--json", action="store_true")
+    shown = status.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--last", type=int, default=24, metavar="N", help="the N latest slices (default 24)"
+    )
+    shown.add_argument("--since", type=instant, help="the slices starting at or after this time")
+    shown.add_argument("--slice-id", help="one slice")
     add_pipeline_arg(status)
     pipelines = sub.add_parser(
         "pipelines", help="check the pipeline definition file and list its pipelines"
@@ -182,7 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(sl.describe())
         elif args.command == "status":
             ledger = Ledger(settings.ledger_dir, settings.topic)
-            rows, holds = status_rows(ledger), list(ledger.holds().values())
+            shown = shown_slices(ledger, args.last, args.since, args.slice_id)
+            rows, holds = status_rows(ledger, shown), list(ledger.holds().values())
             fresh = status_freshness(settings, ledger, rows)
             if args.json:
                 held = [{**asdict(h), "since": h.since.isoformat()} for h in holds]

@@ -1,11 +1,21 @@
 """The offset ledger: boundaries and slices, stored with the lakehouse.
 
-Plain JSON objects under `<lakehouse>/_ledger/<topic>/` (or SLICEWISE_LEDGER_DIR),
-on local or mounted disk or on the object store the tables use, readable by
-Airflow workers (which plan) and Spark drivers (which read slices) alike. A
-boundary is written with a create that fails if the name exists (a hard link on
-disk, a conditional put on an object store): two resolvers racing on one boundary
-both end up with the first one's answer, and a stored boundary is never rewritten.
+Plain JSON objects under `<lakehouse>/<pipeline>/_ledger/<topic>/` (or
+SLICEWISE_LEDGER_DIR), on local or mounted disk or on the object store the tables
+use, readable by Airflow workers (which plan) and Spark drivers (which read slices)
+alike. A boundary is written with a create that fails if the name exists (a hard
+link on disk, a conditional put on an object store): two resolvers racing on one
+boundary both end up with the first one's answer, and a stored boundary is never
+rewritten.
+
+Nothing a step does reads the whole ledger: a year of hourly slices is 8,760 of
+each object, and every read is a GET on an object store. Boundaries and slices are
+named by time, so the next boundary after a time is the first name a listing from
+that name returns (one request); `newest-first/` holds an empty marker per boundary
+and per slice whose name sorts the other way (each digit d as 9 - d), so the
+nearest boundary before a time and the latest slices are one listing too. A marker
+is created before its object: every stored object has one; a marker whose object
+is missing (its writer died in between) is skipped.
 """
 
 from __future__ import annotations
@@ -19,6 +29,19 @@ from slicewise.slices import Boundary, Slice, stamp
 from slicewise.store import open_store
 
 STEPS = ("plan", "bronze", "silver", "gate", "publish")
+INDEX = "newest-first"
+PAGE = 20  # markers listed per request when looking backwards
+_REVERSED = str.maketrans("0123456789", "9876543210")
+
+
+def newest_first(name: str) -> str:
+    """`name` with each digit d as 9 - d: among names of one fixed-width shape (stamps,
+    slice ids) the order flips, so a listing from a name walks back in time."""
+    return name.translate(_REVERSED)
+
+
+def _stamp_at(text: str) -> datetime:
+    return datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
 
 
 def _dump(payload: dict[str, Any]) -> bytes:
@@ -76,30 +99,68 @@ class Ledger:
     def _boundary_key(at: datetime) -> str:
         return f"boundaries/{stamp(at)}.json"
 
+    @staticmethod
+    def _marker(kind: str, name: str) -> str:
+        return f"{INDEX}/{kind}/{newest_first(name)}"
+
     def boundary(self, at: datetime) -> Boundary | None:
         found = self._read(self._boundary_key(at))
         return None if found is None else _boundary_from_json(found)
 
     def boundaries(self) -> list[Boundary]:
+        """Every stored boundary, oldest first (reads the whole history: tests and tools)."""
         keys = [k for k in self.store.keys("boundaries") if k.endswith(".json")]
         return [_boundary_from_json(json.loads(self.store.read(k) or b"")) for k in sorted(keys)]
 
     def put_boundary(self, b: Boundary) -> Boundary:
         """Store `b` unless a boundary for that time exists; return the stored one."""
+        self._indexed()
+        self.store.create(self._marker("boundaries", stamp(b.at)), b"")
         self.store.create(self._boundary_key(b.at), _dump(_boundary_to_json(b)))
         stored = self.boundary(b.at)
         assert stored is not None
         return stored
 
+    def before(self, at: datetime) -> Boundary | None:
+        """The nearest stored boundary before `at`: one listing of the markers, whatever
+        the history holds (more only past markers whose boundary was never written)."""
+        self._indexed()
+        after = self._marker("boundaries", stamp(at))
+        while keys := self.store.keys(f"{INDEX}/boundaries", after=after, limit=PAGE):
+            for key in keys:
+                found = self.boundary(_stamp_at(newest_first(key.rsplit("/", 1)[1])))
+                if found is not None:
+                    return found
+            after = keys[-1]
+        return None
+
+    def after(self, at: datetime) -> Boundary | None:
+        """The nearest stored boundary after `at`: one listing from its name."""
+        keys = self.store.keys("boundaries", after=self._boundary_key(at), limit=1)
+        return (
+            self.boundary(_stamp_at(keys[0].rsplit("/", 1)[1][: -len(".json")])) if keys else None
+        )
+
     def neighbours(self, at: datetime) -> tuple[Boundary | None, Boundary | None]:
         """The nearest stored boundaries before and after `at`."""
-        before = after = None
-        for b in self.boundaries():
-            if b.at < at:
-                before = b
-            elif b.at > at and after is None:
-                after = b
-        return before, after
+        return self.before(at), self.after(at)
+
+    def newest_boundary(self) -> Boundary | None:
+        return self.before(datetime.max.replace(tzinfo=UTC))
+
+    def _indexed(self) -> None:
+        """Give a ledger written before the markers existed its markers, once."""
+        if getattr(self, "_has_index", False):
+            return
+        if self.store.read(f"{INDEX}/complete") is None:
+            for key in self.store.keys("boundaries"):
+                if key.endswith(".json"):
+                    name = key.rsplit("/", 1)[1][: -len(".json")]
+                    self.store.create(self._marker("boundaries", name), b"")
+            for sl in self.slices():
+                self.store.create(self._marker("slices", sl.slice_id), b"")
+            self.store.create(f"{INDEX}/complete", b"")
+        self._has_index = True
 
     # -- partitions an open transaction holds back ---------------------------
     def holds(self) -> dict[int, Hold]:
@@ -123,6 +184,8 @@ class Ledger:
 
     # -- slices and their steps --------------------------------------------
     def save_slice(self, sl: Slice) -> None:
+        self._indexed()
+        self.store.create(self._marker("slices", sl.slice_id), b"")
         created = self.store.create(f"slices/{sl.slice_id}/slice.json", _dump(slice_to_json(sl)))
         if not created and self.load_slice(sl.slice_id) != sl:
             raise RuntimeError(
@@ -138,7 +201,31 @@ class Ledger:
             )
         return slice_from_json(found)
 
+    def latest_slices(self, last: int, since: datetime | None = None) -> list[Slice]:
+        """The `last` slices with the latest starts (and only those starting at or after
+        `since`), oldest first: a listing of markers and a read per slice shown."""
+        self._indexed()
+        found: list[Slice] = []
+        after = None
+        while len(found) < last:
+            keys = self.store.keys(
+                f"{INDEX}/slices", after=after, limit=min(PAGE, last - len(found))
+            )
+            if not keys:
+                break
+            for key in keys:
+                data = self._read(f"slices/{newest_first(key.rsplit('/', 1)[1])}/slice.json")
+                if data is None:
+                    continue  # its planner died between the marker and the slice
+                sl = slice_from_json(data)
+                if since is not None and sl.start < since:
+                    return found[::-1]
+                found.append(sl)
+            after = keys[-1]
+        return found[::-1]
+
     def slices(self) -> list[Slice]:
+        """Every slice, oldest first (reads the whole history: tests and tools)."""
         keys = [k for k in self.store.keys("slices") if k.endswith("/slice.json")]
         return [slice_from_json(json.loads(self.store.read(k) or b"")) for k in sorted(keys)]
 

@@ -84,7 +84,7 @@ def retention_losses(
     new (a first run, or a backfill of an interval never planned). A slice frozen earlier
     is covered by bronze's own check; this covers what was gone before any slice owned it.
     Raises the data-loss report unless `accept`."""
-    before, _ = ledger.neighbours(start)
+    before = ledger.before(start)
     partitions = offsets.partitions()
     losses = find_loss_before_planning(
         {p: before.offset(p) for p in partitions} if before else {},
@@ -114,21 +114,26 @@ def plan_slice(
     now = utc(now) if now else datetime.now(UTC)
     ledger = Ledger(settings.ledger_dir, settings.topic)
     closes = end + timedelta(seconds=settings.grace_seconds)
-    if ledger.boundary(end) is None and now < closes:
+    frozen = ledger.boundary(end) is not None  # a rerun of a frozen slice
+    if not frozen and now < closes:
         raise IntervalNotClosed(
             f"interval [{start.isoformat()}, {end.isoformat()}) closes at {closes.isoformat()} "
             f"(end + {settings.grace_seconds}s grace); it is {now.isoformat()}. The DAG waits for "
             "this; by hand, retry after that time."
         )
     offsets = TopicOffsets.of(settings)
-    if ledger.boundary(end) is None:  # a new slice: not a rerun of a frozen one
+    if not frozen:
         watch_holds(settings, ledger, offsets, now)
     losses = []
     if ledger.boundary(start) is None:
         losses = retention_losses(ledger, offsets, start, end, accept_data_loss)
     lower = resolve_boundary(ledger, offsets, start)
     upper = resolve_boundary(ledger, offsets, end)
-    check_contiguous(ledger.boundaries())
+    # Neighbouring boundaries must form valid slices; only the pairs around the two
+    # just resolved can have changed, so only their neighbours are read, not the history.
+    for b in (lower, upper):
+        before, after = ledger.neighbours(b.at)
+        check_contiguous([x for x in (before, b, after) if x is not None])
     sl = slice_between(lower, upper)
     fault_point("plan.resolved", settings, sl.slice_id)
     ledger.save_slice(sl)

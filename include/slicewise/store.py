@@ -17,6 +17,7 @@ here logs them.
 
 from __future__ import annotations
 
+import bisect
 import os
 import tempfile
 from pathlib import Path
@@ -35,7 +36,9 @@ class Store(Protocol):
 
     def replace(self, key: str, data: bytes) -> None: ...
 
-    def keys(self, prefix: str) -> list[str]: ...
+    def keys(
+        self, prefix: str, after: str | None = None, limit: int | None = None
+    ) -> list[str]: ...
 
 
 class LocalFolder:
@@ -74,15 +77,20 @@ class LocalFolder:
             tmp.write(data)
         os.replace(tmp.name, path)
 
-    def keys(self, prefix: str) -> list[str]:
+    def keys(self, prefix: str, after: str | None = None, limit: int | None = None) -> list[str]:
+        """Keys under `prefix` (recursively), in order; only those after `after` and at
+        most `limit` of them when given, as an object store's listing from an offset."""
         folder = self.root / prefix
         if not folder.exists():
             return []
-        return sorted(
+        found = sorted(
             str(p.relative_to(self.root))
             for p in folder.rglob("*")
             if p.is_file() and not p.name.endswith(".tmp")
         )
+        if after is not None:
+            found = found[bisect.bisect_right(found, after) :]
+        return found if limit is None else found[:limit]
 
 
 class ObjectStore:
@@ -121,11 +129,18 @@ class ObjectStore:
 
         obstore.put(self._store, key, data)
 
-    def keys(self, prefix: str) -> list[str]:
+    def keys(self, prefix: str, after: str | None = None, limit: int | None = None) -> list[str]:
+        """Keys under `prefix`, in order; from `after` on and at most `limit` of them when
+        given: then one listing request (S3's `start-after`), whatever the prefix holds."""
         import obstore
 
-        found = obstore.list(self._store, prefix.rstrip("/") + "/").collect()
-        return sorted(meta["path"] for meta in found)
+        listing = obstore.list(
+            self._store, prefix.rstrip("/") + "/", offset=after, chunk_size=limit or 1000
+        )
+        if limit is None:
+            return sorted(meta["path"] for meta in listing.collect())
+        first = next(iter(listing), [])
+        return sorted(meta["path"] for meta in first)[:limit]
 
 
 def open_store(location: str) -> Store:

@@ -1,0 +1,80 @@
+"""The ledger finds neighbours and the latest slices by name, on a real folder."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from slicewise.ledger import Ledger, newest_first, slice_to_json
+from slicewise.slices import Boundary, slice_between
+
+T0 = datetime(2026, 11, 20, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+
+def boundary(h: int, offset: int = 0) -> Boundary:
+    return Boundary("t", T0 + h * HOUR, {0: offset + h}, T0)
+
+
+def test_newest_first_reverses_the_order_of_stamps():
+    stamps = ["20261120T000000Z", "20261120T010000Z", "20271231T235959Z"]
+    assert sorted(stamps, key=newest_first) == stamps[::-1]
+
+
+def test_neighbours_skip_gaps_and_markers_whose_boundary_was_never_written(tmp_path):
+    ledger = Ledger(str(tmp_path), "t")
+    for h in (0, 1, 5, 9):
+        ledger.put_boundary(boundary(h))
+    # A resolver that died between its marker and its boundary leaves the marker only.
+    ledger.store.create(ledger._marker("boundaries", "20261120T070000Z"), b"")
+    assert ledger.neighbours(T0 + 8 * HOUR) == (boundary(5), boundary(9))
+    assert ledger.neighbours(T0 + 5 * HOUR) == (boundary(1), boundary(9))
+    assert ledger.neighbours(T0) == (None, boundary(1))
+    assert ledger.newest_boundary() == boundary(9)
+
+
+def test_latest_slices_newest_last_and_since(tmp_path):
+    ledger = Ledger(str(tmp_path), "t")
+    stored = [ledger.put_boundary(boundary(h)) for h in range(30)]
+    slices = [slice_between(a, b) for a, b in zip(stored, stored[1:], strict=False)]
+    for sl in slices:
+        ledger.save_slice(sl)
+    assert ledger.latest_slices(3) == slices[-3:]
+    assert ledger.latest_slices(100) == slices
+    assert ledger.latest_slices(100, since=T0 + 25 * HOUR) == slices[25:]
+
+
+def test_a_ledger_written_before_the_markers_gets_them_once(tmp_path):
+    old = Ledger(str(tmp_path), "t")
+    stored = [boundary(h) for h in range(4)]
+    for b in stored:  # as the earlier version wrote them: no marker
+        old.store.create(old._boundary_key(b.at), json.dumps(_json(b)).encode())
+    sl = slice_between(stored[2], stored[3])
+    old.store.create(f"slices/{sl.slice_id}/slice.json", json.dumps(slice_to_json(sl)).encode())
+
+    ledger = Ledger(str(tmp_path), "t")
+    assert ledger.before(T0 + 3 * HOUR) == stored[2]
+    assert ledger.latest_slices(5) == [sl]
+    assert ledger.store.read("newest-first/complete") is not None
+
+
+def _json(b: Boundary) -> dict:
+    return {
+        "topic": b.topic,
+        "at": b.at.isoformat(),
+        "offsets": {str(p): o for p, o in b.offsets.items()},
+        "resolved_at": b.resolved_at.isoformat(),
+    }
+
+
+def test_status_shows_the_latest_a_time_range_or_one_slice(tmp_path):
+    from slicewise.cli import shown_slices
+
+    ledger = Ledger(str(tmp_path), "t")
+    stored = [ledger.put_boundary(boundary(h)) for h in range(40)]
+    slices = [slice_between(a, b) for a, b in zip(stored, stored[1:], strict=False)]
+    for sl in slices:
+        ledger.save_slice(sl)
+    assert shown_slices(ledger, 24, None, None) == slices[-24:]
+    assert shown_slices(ledger, 24, T0 + 30 * HOUR, None) == slices[30:]
+    assert shown_slices(ledger, 24, None, slices[3].slice_id) == [slices[3]]
