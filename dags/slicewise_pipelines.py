@@ -97,7 +97,7 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
     )
     with DAG(
         dag_id=pipeline.dag_id,
-        schedule=CronDataIntervalTimetable(schedule(), timezone="UTC"),
+        schedule=CronDataIntervalTimetable(pipeline.schedule or schedule(), timezone="UTC"),
         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         catchup=False,
         max_active_runs=4,

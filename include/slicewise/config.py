@@ -14,7 +14,13 @@ from pathlib import Path
 
 from slicewise.errors import ConfigError
 from slicewise.kafka.security import KAFKA_PROP_PREFIX, KAFKA_SPARK_PROP_PREFIX, java_props
-from slicewise.pipelines import Pipeline, definitions_file, load_pipelines, pipeline_named
+from slicewise.pipelines import (
+    Pipeline,
+    as_cron,
+    definitions_file,
+    load_pipelines,
+    pipeline_named,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_BOOTSTRAP = "127.0.0.1:19092"
@@ -126,9 +132,17 @@ def grace_seconds(env: Mapping[str, str] | None = None) -> int:
 
 
 def schedule(env: Mapping[str, str] | None = None) -> str:
-    """The DAG's cron: one data interval, one slice (read at DAG parse)."""
+    """The default cron of the pipelines' DAGs (one data interval, one slice; read at DAG
+    parse): SLICEWISE_SCHEDULE, cron or a duration such as 5m, else hourly. A pipeline's
+    `schedule:` overrides it."""
     env = os.environ if env is None else env
-    return env.get("SLICEWISE_SCHEDULE", "").strip() or "0 * * * *"
+    text = env.get("SLICEWISE_SCHEDULE", "").strip()
+    if not text:
+        return "0 * * * *"
+    try:
+        return as_cron(text)
+    except ValueError as exc:
+        raise ConfigError(f"SLICEWISE_SCHEDULE: {exc}") from None
 
 
 def load_settings(env: Mapping[str, str] | None = None, pipeline: str | None = None) -> Settings:

@@ -49,6 +49,41 @@ SYSTEM_COLUMNS = (
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SEGMENT = re.compile(r"^[^.'\[\]\s]+$")
+EVERY = re.compile(r"^(\d+)\s*(m|min|h|d)$")
+
+
+def as_cron(schedule: str) -> str:
+    """A schedule as the cron of its data intervals: a cron expression (or preset such as
+    `@daily`) as given, or a duration (`5m`, `15min`, `2h`, `1d`) that divides the hour
+    or the day, as the cron that cuts intervals on its multiples (`5m`: `*/5 * * * *`),
+    so every slice starts at a round time. Raises ValueError saying what is accepted."""
+    text = schedule.strip()
+    if match := EVERY.match(text):
+        n, unit = int(match[1]), match[2]
+        if unit in ("m", "min") and n in (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30):
+            return f"*/{n} * * * *" if n > 1 else "* * * * *"
+        if (unit == "m" or unit == "min") and n == 60 or unit == "h" and n == 1:
+            return "0 * * * *"
+        if unit == "h" and n in (2, 3, 4, 6, 8, 12):
+            return f"0 */{n} * * *"
+        if unit == "d" and n == 1 or unit == "h" and n == 24:
+            return "0 0 * * *"
+        raise ValueError(
+            f"schedule {schedule!r}: a duration must divide the hour (1-30 min) or the day "
+            "(1-12 h, 24 h, 1d); write any other schedule as cron"
+        )
+    try:
+        from croniter import croniter  # Airflow's own cron parser
+
+        croniter(text)
+    except ImportError:
+        pass
+    except Exception as exc:
+        raise ValueError(
+            f"schedule {schedule!r}: not a cron expression ({exc}); e.g. '*/5 * * * *', "
+            "'0 * * * *', '@daily', or a duration such as 5m or 1h"
+        ) from None
+    return text
 
 
 class PipelineDefinitionError(ConfigError):
@@ -128,6 +163,13 @@ class Pipeline(_Strict):
     survivor: Survivor | None = None
     expectations: tuple[dict[str, dict[str, Any]], ...] = ()
     gold: Gold | None = None
+    # Cron or a duration (`as_cron`); None: SLICEWISE_SCHEDULE, else hourly.
+    schedule: str | None = None
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, schedule: str | None) -> str | None:
+        return None if schedule is None else as_cron(schedule)
 
     @field_validator("fields")
     @classmethod

@@ -192,8 +192,9 @@ class AirflowServices:
         until_closed: bool = True,
         dag_id: str = DAG_ID,
         wait: bool = True,
+        interval: timedelta = timedelta(hours=1),
     ) -> dict[datetime, Run]:
-        """Backfill the hourly intervals in [start, end); return once the backfill has completed
+        """Backfill the intervals (hours by default) in [start, end); return once the backfill has completed
         (`wait=False`: at once, with no runs; `wait_for_backfill` waits).
 
         The CLI's dates are logical dates (interval starts), both ends included.
@@ -204,7 +205,7 @@ class AirflowServices:
                 airflow(
                     self.env, "backfill", "create", "--dag-id", dag_id,
                     "--from-date", start.isoformat(),
-                    "--to-date", (end - timedelta(hours=1)).isoformat(),
+                    "--to-date", (end - interval).isoformat(),
                     "--reprocess-behavior", reprocess, "--max-active-runs", str(max_active_runs),
                 )  # fmt: skip
                 break
@@ -217,7 +218,9 @@ class AirflowServices:
                 time.sleep(2 * attempt)
         if not wait:
             return {}
-        return self.wait_for_backfill(start, end, on_finished, timeout, until_closed, dag_id)
+        return self.wait_for_backfill(
+            start, end, on_finished, timeout, until_closed, dag_id, interval
+        )
 
     def wait_for_backfill(
         self,
@@ -227,15 +230,15 @@ class AirflowServices:
         timeout: float = 1500,
         until_closed: bool = True,
         dag_id: str = DAG_ID,
+        interval: timedelta = timedelta(hours=1),
     ) -> dict[datetime, Run]:
-        """Wait until the open backfill has completed with a finished run for every hour in
+        """Wait until the open backfill has completed with a finished run for every interval in
         [start, end) (however it was created: the CLI, the UI); return those runs.
 
         The scheduler closes a backfill only every 30 s; until then Airflow refuses another
         one. `until_closed=False` returns as soon as every run has finished (the demo's
         one backfill does not need to wait for that)."""
-        hours = int((end - start) / timedelta(hours=1))
-        wanted = [start + timedelta(hours=h) for h in range(hours)]
+        wanted = [start + k * interval for k in range(int((end - start) / interval))]
         told: set[datetime] = set()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

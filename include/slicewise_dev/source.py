@@ -145,8 +145,10 @@ def produce(
     seed: int = 0,
     batch: int = 50,
     shape: str = "events",
+    interval: timedelta = timedelta(hours=1),
 ) -> Manifest:
-    """Send `events` new events spread over `intervals` hours from `start`; return the oracle."""
+    """Send `events` new events spread over `intervals` intervals (hours by default) from
+    `start`; return the oracle."""
     kind = SHAPES[shape]
     rng = random.Random(seed)
     conf = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka_props}
@@ -169,7 +171,9 @@ def produce(
         )
 
     def at_random(k: int) -> datetime:
-        return start + timedelta(hours=k, seconds=rng.randrange(3600))
+        return (
+            start + k * interval + timedelta(seconds=rng.randrange(int(interval.total_seconds())))
+        )
 
     def malformed_at(rec: Record, partition: int, offset: int) -> None:
         manifest.malformed.add((partition, offset))

@@ -44,6 +44,9 @@ def test_one_dag_per_declared_pipeline(two_pipelines_dagbag):
     assert argv[:2] == ["--pipeline", "orders"]
     [announce] = [t for t in orders.tasks if t.task_id == "announce"]
     assert [a.name for a in announce.outlets] == ["slicewise_orders_silver"]
+    # Each pipeline on its own schedule: orders' `schedule: 5m`, events the default hour.
+    assert orders.timetable.expression == "*/5 * * * *"
+    assert bag.get_dag("slicewise_events").timetable.expression == "0 * * * *"
 
 
 def test_a_broken_definition_file_is_an_import_error_naming_line_and_key(

@@ -15,6 +15,7 @@ afterwards logged "run already exists" once a second and never moved on.
 from __future__ import annotations
 
 import subprocess
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -46,6 +47,32 @@ def definitions_with_topics(tmp_path: Path, topics: dict[str, str]) -> Path:
     return path
 
 
+def floor(at: datetime, step: timedelta) -> datetime:
+    """The start of the interval of length `step` (dividing the day) that holds `at`."""
+    midnight = at.replace(hour=0, minute=0, second=0, microsecond=0)
+    return midnight + ((at - midnight) // step) * step
+
+
+def wait_for_scheduled_success(services: AirflowServices, dag_id: str, timeout: float) -> datetime:
+    """The logical date of the DAG's first scheduled run to succeed; fails on a failed one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with services.db.connect() as conn:
+            runs = conn.execute(
+                text(
+                    "SELECT logical_date, state FROM dag_run"
+                    " WHERE dag_id = :dag AND run_type = 'scheduled' ORDER BY logical_date"
+                ),
+                {"dag": dag_id},
+            ).all()
+        assert all(str(state) != "failed" for _, state in runs), (runs, services.tail())
+        done = [at for at, state in runs if str(state) == "success"]
+        if done:
+            return done[0] if done[0].tzinfo else done[0].replace(tzinfo=UTC)
+        time.sleep(3)
+    raise AssertionError(f"no scheduled run of {dag_id} succeeded in {timeout} s")
+
+
 def test_two_pipelines_from_one_file_are_each_exactly_once(
     pipeline, new_topic, spark, postgres_url, tmp_path
 ):
@@ -66,35 +93,55 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(
     settings = {name: load_settings(env, pipeline=name) for name in topics}
     assert {n: s.topic for n, s in settings.items()} == topics
 
-    end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
-    start = end - timedelta(hours=2)
+    # events is hourly, orders runs every five minutes (the example's `schedule: 5m`).
+    every = {"events": timedelta(hours=1), "orders": timedelta(minutes=5)}
+    assert {n: s.pipeline.schedule for n, s in settings.items()} == {
+        "events": None,
+        "orders": "*/5 * * * *",
+    }
+    end = {name: floor(datetime.now(UTC), step) for name, step in every.items()}
+    start = {name: end[name] - 2 * step for name, step in every.items()}
     oracle = {
-        name: produce(s, start, 2, 160, FAULTS, seed=7, shape=name) for name, s in settings.items()
+        name: produce(s, start[name], 2, 160, FAULTS, seed=7, shape=name, interval=every[name])
+        for name, s in settings.items()
     }
 
-    dag_ids = tuple(s.pipeline.dag_id for s in settings.values())
-    assert dag_ids == ("slicewise_events", "slicewise_orders")
-    with AirflowServices(env, tmp_path / "logs", dag_ids=dag_ids) as services:
-        for dag_id in dag_ids:  # both backfills open at once: the two DAGs run side by side
-            services.backfill(start, end, max_active_runs=2, dag_id=dag_id, wait=False)
-        runs = {d: services.wait_for_backfill(start, end, dag_id=d) for d in dag_ids}
+    dag_ids = {name: s.pipeline.dag_id for name, s in settings.items()}
+    assert dag_ids == {"events": "slicewise_events", "orders": "slicewise_orders"}
+    with AirflowServices(env, tmp_path / "logs", dag_ids=tuple(dag_ids.values())) as services:
+        for name, dag_id in dag_ids.items():  # both backfills open at once: side by side
+            services.backfill(
+                start[name], end[name], max_active_runs=2, dag_id=dag_id, wait=False,
+                interval=every[name],
+            )  # fmt: skip
+        runs = {
+            name: services.wait_for_backfill(
+                start[name], end[name], dag_id=dag_id, interval=every[name]
+            )
+            for name, dag_id in dag_ids.items()
+        }
         assert {r.state for rs in runs.values() for r in rs.values()} == {"success"}, runs
         # The timetable's logical dates: each interval's start.
-        assert all(sorted(rs) == [start, start + timedelta(hours=1)] for rs in runs.values())
+        for name, rs in runs.items():
+            assert sorted(rs) == [start[name], start[name] + every[name]], name
 
-        # A scheduler with its own timetable on, as `make airflow-ui` runs it, for a few loops.
-        scheduler = subprocess.run(
-            [str(VENV_BIN / "airflow"), "scheduler", "--num-runs", "5"],
+        # A scheduler with the timetables on, as `make airflow-ui` runs it, until the
+        # five-minute pipeline has run a scheduled slice of its own.
+        scheduler = subprocess.Popen(
+            [str(VENV_BIN / "airflow"), "scheduler"],
             env={**services.env, "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "True"},
-            capture_output=True,
-            text=True,
-            timeout=300,
+            stdout=(tmp_path / "logs" / "scheduler-2.log").open("w"),
+            stderr=subprocess.STDOUT,
         )
-        log = scheduler.stdout + scheduler.stderr
-        # The hour open when the scheduler ran. The wall clock may have passed an hour
+        try:
+            scheduled = wait_for_scheduled_success(services, dag_ids["orders"], timeout=300)
+        finally:
+            scheduler.terminate()
+            scheduler.wait(60)
+        log = (tmp_path / "logs" / "scheduler-2.log").read_text()
+        # The interval open when the scheduler ran. The wall clock may have passed an hour
         # since `end`; the scheduler then rightly runs the hour that closed meanwhile.
-        opened = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
-        assert scheduler.returncode == 0, log[-3000:]
+        opened = floor(datetime.now(UTC), every["events"])
         with services.db.connect() as conn:
             next_runs = dict(conn.execute(text("SELECT dag_id, next_dagrun FROM dag")).all())
             kinds = conn.execute(text("SELECT dag_id, run_type FROM dag_run")).all()
@@ -102,17 +149,25 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(
             name: [
                 services.asset_events(s.topic, sl.slice_id)
                 for sl in Ledger(s.ledger_dir, s.topic).slices()
+                if sl.end <= end[name]
             ]
             for name, s in settings.items()
         }
 
-    # Each DAG moved past the backfilled hours to the one still open, and ran none again.
-    closed_since = int((opened - end) / timedelta(hours=1))
-    for dag_id in dag_ids:
-        assert next_runs[dag_id] == opened, log[-3000:]
-        assert sorted(k for d, k in kinds if d == dag_id) == (
-            ["backfill", "backfill"] + ["scheduled"] * closed_since
-        )
+    # events moved past the backfilled hours to the one still open, and ran none again.
+    closed_since = int((opened - end["events"]) / every["events"])
+    assert next_runs[dag_ids["events"]] == opened, log[-3000:]
+    assert sorted(k for d, k in kinds if d == dag_ids["events"]) == (
+        ["backfill", "backfill"] + ["scheduled"] * closed_since
+    )
+    # orders ran a scheduled slice after its backfill: a later five-minute interval.
+    assert scheduled >= end["orders"] and floor(scheduled, every["orders"]) == scheduled
+    [scheduled_slice] = [
+        sl
+        for sl in Ledger(settings["orders"].ledger_dir, settings["orders"].topic).slices()
+        if sl.start == scheduled
+    ]
+    assert scheduled_slice.end - scheduled_slice.start == every["orders"]
     # At most once per DAG (the failure this guards against logged it once a second).
     assert log.count("run already exists") <= len(dag_ids), log[-3000:]
 
@@ -120,9 +175,9 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(
     assert len({s.table("silver") for s in settings.values()}) == 2
     for name, s in settings.items():
         slices = Ledger(s.ledger_dir, s.topic).slices()
-        assert [(sl.start, sl.end) for sl in slices] == [
-            (start, start + timedelta(hours=1)),
-            (start + timedelta(hours=1), end),
+        assert [(sl.start, sl.end) for sl in slices][:2] == [
+            (start[name], start[name] + every[name]),
+            (start[name] + every[name], end[name]),
         ], name
         assert all(len(events) == 1 for events in announced[name]), (name, announced[name])
         assert {e[0]["pipeline"] for e in announced[name]} == {name}

@@ -2,7 +2,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from slicewise.config import LOCAL_BOOTSTRAP, ConfigError, load_settings
+from slicewise.config import LOCAL_BOOTSTRAP, ConfigError, load_settings, schedule
+from slicewise.pipelines import PipelineDefinitionError, as_cron, load_pipelines
 
 T0 = datetime(2026, 11, 22, 3, tzinfo=UTC)
 
@@ -117,3 +118,41 @@ def test_a_slice_is_read_in_tasks_of_bounded_size_unless_switched_off():
     assert options["assign"] == '{"t": [0]}'  # an empty range is not read at all
     off = load_settings({"SLICEWISE_RECORDS_PER_TASK": "0"})
     assert "maxRecordsPerPartition" not in kafka_options(off, sl, ranges)
+
+
+@pytest.mark.parametrize(
+    ("given", "cron"),
+    [
+        ("5m", "*/5 * * * *"),
+        ("15min", "*/15 * * * *"),
+        ("1h", "0 * * * *"),
+        ("6h", "0 */6 * * *"),
+        ("1d", "0 0 * * *"),
+        ("*/10 * * * *", "*/10 * * * *"),
+        ("@daily", "@daily"),
+    ],
+)
+def test_a_schedule_is_cron_or_a_duration_that_divides_the_hour_or_day(given, cron):
+    assert as_cron(given) == cron
+    assert schedule({"SLICEWISE_SCHEDULE": given}) == cron
+
+
+def test_a_schedule_slices_cannot_start_at_round_times_is_refused():
+    with pytest.raises(ValueError, match="must divide the hour"):
+        as_cron("7m")
+    with pytest.raises(ConfigError, match="SLICEWISE_SCHEDULE: schedule 'every hour': not a cron"):
+        schedule({"SLICEWISE_SCHEDULE": "every hour"})
+    assert schedule({}) == "0 * * * *"
+
+
+def test_a_pipeline_names_its_own_schedule(tmp_path):
+    path = tmp_path / "pipelines.yaml"
+    path.write_text(
+        "pipelines:\n  fast:\n    topic: t\n    key: [id]\n    event_time: at\n    schedule: 7m\n"
+        "    fields:\n      id: {type: string, required: true}\n"
+        "      at: {type: timestamp, required: true}\n"
+    )
+    with pytest.raises(PipelineDefinitionError, match=r"pipelines.yaml:6 pipelines.fast.schedule"):
+        load_pipelines(path)
+    path.write_text(path.read_text().replace("7m", "5m"))
+    assert load_pipelines(path)["fast"].schedule == "*/5 * * * *"
