@@ -1,4 +1,4 @@
-"""The README's layout section names every module of both packages, and nothing else."""
+"""docs/LAYOUT.md names every module of both packages, and nothing else."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def layout_block(readme: str) -> str:
-    section = readme.split("\n## Layout\n", 1)[1]
-    return section.split("```text\n", 1)[1].split("```", 1)[0]
+def layout_block(layout: str) -> str:
+    return layout.split("```text\n", 1)[1].split("```", 1)[0]
 
 
 def named_modules(block: str) -> set[str]:
@@ -31,15 +30,15 @@ def named_modules(block: str) -> set[str]:
 
 
 def test_the_readme_layout_matches_the_packages() -> None:
-    named = named_modules(layout_block((ROOT / "README.md").read_text()))
+    named = named_modules(layout_block((ROOT / "docs" / "LAYOUT.md").read_text()))
     on_disk = {
         p.relative_to(ROOT).as_posix()
         for pkg in ("slicewise", "slicewise_dev")
         for p in (ROOT / "include" / pkg).rglob("*.py")
         if p.name != "__init__.py"
     }
-    assert named, "no module found in the README's layout block"
+    assert named, "no module found in docs/LAYOUT.md's block"
     assert named - on_disk == set(), (
-        f"the README names modules that do not exist: {named - on_disk}"
+        f"docs/LAYOUT.md names modules that do not exist: {named - on_disk}"
     )
-    assert on_disk - named == set(), f"modules missing from the README's layout: {on_disk - named}"
+    assert on_disk - named == set(), f"modules missing from docs/LAYOUT.md: {on_disk - named}"
