@@ -23,12 +23,12 @@ test: bootstrap ## run lint and every test (starts the real broker, Spark, Delta
 test-unit: bootstrap ## only the fast unit tests (no broker)
 	@$(VENV)/python -m pytest tests/unit
 
-chaos: bootstrap ## the chaos suite: 20 randomized runs per scenario, each appended to tests/chaos_runs.jsonl (CI runs 1)
+chaos: bootstrap ## the chaos suite: 20 randomized runs per scenario, each appended to chaos/chaos_runs.jsonl (CI runs 1)
 	@SLICEWISE_CHAOS_RUNS=$${SLICEWISE_CHAOS_RUNS:-20} \
-	SLICEWISE_CHAOS_RECORD=$${SLICEWISE_CHAOS_RECORD:-$(CURDIR)/tests/chaos_runs.jsonl} \
+	SLICEWISE_CHAOS_RECORD=$${SLICEWISE_CHAOS_RECORD:-$(CURDIR)/chaos/chaos_runs.jsonl} \
 	$(VENV)/python -m pytest tests/integration/test_chaos.py --dist load  # two scenarios at a time
 
-chaos-report: bootstrap ## the chaos table summed over every run recorded in tests/chaos_runs.jsonl
+chaos-report: bootstrap ## the chaos table summed over every run recorded in chaos/chaos_runs.jsonl
 	@$(VENV)/python tests/integration/chaos_log.py
 
 bench: bootstrap ## the benchmark (W0-W3 side by side, about 30 min): table, raw numbers and plot in bench/results/

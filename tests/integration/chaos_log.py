@@ -2,11 +2,11 @@
 
 The full suite (20 runs per scenario, ~5 minutes a run on 2 cores) takes longer than
 one working session, and every process of a session ends with it. So `make chaos`
-appends each run, failed ones included, as one JSON line to `tests/chaos_runs.jsonl`
+appends each run, failed ones included, as one JSON line to `chaos/chaos_runs.jsonl`
 (committed with the code the run exercised), and `make chaos-report` sums every
 recorded run into the table:
 
-    .venv/bin/python tests/integration/chaos_log.py [tests/chaos_runs.jsonl]
+    .venv/bin/python tests/integration/chaos_log.py [chaos/chaos_runs.jsonl]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 
-RECORD = Path(__file__).resolve().parents[1] / "chaos_runs.jsonl"
+RECORD = Path(__file__).resolve().parents[2] / "chaos" / "chaos_runs.jsonl"
 
 # Scenario keys (for SLICEWISE_CHAOS_SCENARIOS and the record) and what they do.
 SCENARIOS = {
