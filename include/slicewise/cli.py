@@ -152,10 +152,8 @@ def _rechecked(rechecks: list[dict]) -> str:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+def parser() -> argparse.ArgumentParser:
+    """`slicewise`'s command line."""
     parser = argparse.ArgumentParser(
         prog="slicewise", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -190,7 +188,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             help="run in-process on this Spark master (default: a client of the "
             "SLICEWISE_SPARK_REMOTE server when set, else local[*])",
         )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    args = parser().parse_args(argv)
 
     try:
         if args.command == "pipelines":

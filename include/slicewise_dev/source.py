@@ -219,7 +219,8 @@ def produce(
     return manifest
 
 
-def main(argv: Sequence[str] | None = None, settings: Settings | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """`slicewise-produce`'s command line."""
     parser = argparse.ArgumentParser(
         prog="slicewise-produce",
         description="Send a realistic stream with faults to SLICEWISE_TOPIC and write its oracle.",
@@ -240,7 +241,11 @@ def main(argv: Sequence[str] | None = None, settings: Settings | None = None) ->
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="events", help="event shape")
     parser.add_argument("--manifest", type=Path, required=True, help="where to write the oracle")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, settings: Settings | None = None) -> int:
+    args = parser().parse_args(argv)
     settings = settings or load_settings()
     faults = Faults(
         args.duplicate_rate, args.aborted_rate, args.malformed_rate,

@@ -1,0 +1,37 @@
+"""Every command the README shows still exists and parses: a make target of the
+Makefile, or `slicewise` / `slicewise-produce` arguments their parsers accept."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from slicewise import cli
+from slicewise_dev import source
+
+ROOT = Path(__file__).resolve().parents[2]
+PARSERS = {"slicewise": cli.parser, "slicewise-produce": source.parser}
+
+
+def shown_commands() -> list[str]:
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    return [line for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def test_the_readme_shows_commands():
+    assert len(shown_commands()) >= 10
+
+
+@pytest.mark.parametrize("line", shown_commands())
+def test_a_command_the_readme_shows_runs_as_shown(line):
+    argv = shlex.split(line, comments=True)
+    if argv[0] == "make":
+        targets = re.findall(r"^([a-z][a-z-]*):", (ROOT / "Makefile").read_text(), re.M)
+        assert set(argv[1:]) <= set(targets), f"{line!r}: no such make target"
+        return
+    program = Path(argv[0]).name
+    assert argv[0] == f".venv/bin/{program}" and program in PARSERS, line
+    PARSERS[program]().parse_args(argv[1:])  # argparse exits (fails the test) on a mistake
