@@ -20,8 +20,8 @@ test: bootstrap ## run lint and every test (starts the real broker, Spark, Delta
 	@$(VENV)/ruff check .
 	@$(VENV)/python -m pytest
 
-test-unit: bootstrap ## only the fast unit tests (no broker)
-	@$(VENV)/python -m pytest tests/unit
+test-unit: bootstrap ## only the unit tests: no JVM, no server, under a minute (tests/unit/conftest.py enforces it)
+	@$(VENV)/python -m pytest tests/unit -n 0
 
 chaos: bootstrap ## the chaos suite: 20 randomized runs per scenario, each appended to chaos/chaos_runs.jsonl (CI runs 1)
 	@SLICEWISE_CHAOS_RUNS=$${SLICEWISE_CHAOS_RUNS:-20} \
