@@ -16,6 +16,15 @@ def boundary(h: int, offset: int = 0) -> Boundary:
     return Boundary("t", T0 + h * HOUR, {0: offset + h}, T0)
 
 
+def hourly(ledger: Ledger, hours: int) -> list:
+    """Boundaries at T0 and each hour after it, and the slices between them."""
+    stored = [ledger.put_boundary(boundary(h)) for h in range(hours + 1)]
+    slices = [slice_between(a, b) for a, b in zip(stored, stored[1:], strict=False)]
+    for sl in slices:
+        ledger.save_slice(sl)
+    return slices
+
+
 def test_newest_first_reverses_the_order_of_stamps():
     stamps = ["20261120T000000Z", "20261120T010000Z", "20271231T235959Z"]
     assert sorted(stamps, key=newest_first) == stamps[::-1]
@@ -35,10 +44,7 @@ def test_neighbours_skip_gaps_and_markers_whose_boundary_was_never_written(tmp_p
 
 def test_latest_slices_newest_last_and_since(tmp_path):
     ledger = Ledger(str(tmp_path), "t")
-    stored = [ledger.put_boundary(boundary(h)) for h in range(30)]
-    slices = [slice_between(a, b) for a, b in zip(stored, stored[1:], strict=False)]
-    for sl in slices:
-        ledger.save_slice(sl)
+    slices = hourly(ledger, 29)
     assert ledger.latest_slices(3) == slices[-3:]
     assert ledger.latest_slices(100) == slices
     assert ledger.latest_slices(100, since=T0 + 25 * HOUR) == slices[25:]
@@ -71,10 +77,7 @@ def test_status_shows_the_latest_a_time_range_or_one_slice(tmp_path):
     from slicewise.cli import shown_slices
 
     ledger = Ledger(str(tmp_path), "t")
-    stored = [ledger.put_boundary(boundary(h)) for h in range(40)]
-    slices = [slice_between(a, b) for a, b in zip(stored, stored[1:], strict=False)]
-    for sl in slices:
-        ledger.save_slice(sl)
+    slices = hourly(ledger, 39)
     assert shown_slices(ledger, 24, None, None) == slices[-24:]
     assert shown_slices(ledger, 24, T0 + 30 * HOUR, None) == slices[30:]
     assert shown_slices(ledger, 24, None, slices[3].slice_id) == [slices[3]]
