@@ -9,7 +9,9 @@ On-call uses this to inspect and re-run a slice exactly as the DAG would:
     slicewise pipelines                  # check pipelines.yaml, list its pipelines
 
 Every command takes `--pipeline NAME` (default: SLICEWISE_PIPELINE, else the
-definition file's first pipeline).
+definition file's first pipeline). An expected failure (data loss, a held LSO past
+its age, a failed gate) prints its message and the safe action and exits 1;
+`slicewise --debug ...` shows its traceback too.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 
 from slicewise.config import ConfigError, Settings, load_settings
+from slicewise.errors import OperationalError
 from slicewise.freshness import Freshness, Published, freshness
 from slicewise.holds import Hold
 from slicewise.jobs import STEPS, add_pipeline_arg, step_parser
@@ -157,6 +160,9 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slicewise", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an expected failure too"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     plan = sub.add_parser("plan", help="freeze the slice of an interval [start, end)")
     plan.add_argument("--start", type=instant, required=True)
@@ -229,8 +235,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             run(args.command, args, master=args.master)
     except ConfigError as exc:
+        if args.debug:
+            raise
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
+    except OperationalError as exc:
+        # Expected (data loss, a held LSO, a failed gate...): the message says the safe
+        # action, and a traceback would only bury it. `--debug` shows it.
+        if args.debug:
+            raise
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from slicewise.errors import OperationalError
+
 
 @dataclass(frozen=True)
 class Hold:
@@ -33,7 +35,7 @@ class Hold:
         )
 
 
-class StuckTransaction(RuntimeError):
+class StuckTransaction(OperationalError):
     """An open transaction has held a partition's LSO for longer than allowed."""
 
 

@@ -24,6 +24,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from slicewise.errors import OperationalError
 from slicewise.holds import Hold
 from slicewise.slices import Boundary, Slice, stamp
 from slicewise.store import open_store
@@ -83,6 +84,10 @@ def slice_from_json(d: dict[str, Any]) -> Slice:
         end=datetime.fromisoformat(d["end"]),
         ranges={int(p): (int(a), int(b)) for p, (a, b) in d["ranges"].items()},
     )
+
+
+class SliceNotPlanned(OperationalError, LookupError):
+    """A step was asked for a slice the ledger does not hold: plan its interval first."""
 
 
 class Ledger:
@@ -195,7 +200,7 @@ class Ledger:
     def load_slice(self, slice_id: str) -> Slice:
         found = self._read(f"slices/{slice_id}/slice.json")
         if found is None:
-            raise LookupError(
+            raise SliceNotPlanned(
                 f"slice {slice_id} is not in the ledger at {self.store}; run the plan step for "
                 "its interval first (`slicewise plan --start ... --end ...`)."
             )

@@ -6,6 +6,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 from slicewise.config import Settings
+from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.holds import StuckTransaction, overdue, track
 from slicewise.kafka.offsets import TopicOffsets
@@ -25,7 +26,7 @@ from slicewise.slices import (
 log = logging.getLogger(__name__)
 
 
-class IntervalNotClosed(RuntimeError):
+class IntervalNotClosed(OperationalError):
     """The interval (plus grace) has not ended; its end boundary cannot be frozen yet."""
 
 

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pyspark.sql import SparkSession
 
 from slicewise.config import Settings
+from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
 from slicewise.reconcile import silver_window, slice_window
@@ -25,7 +26,7 @@ from slicewise.transforms import events_per_hour, window_hours
 log = logging.getLogger(__name__)
 
 
-class GateNotPassed(RuntimeError):
+class GateNotPassed(OperationalError):
     """Publication was asked for a slice whose gate has not passed."""
 
 

@@ -28,6 +28,7 @@ from pyspark.sql.types import StructField, StructType
 
 from slicewise.config import Settings
 from slicewise.contract import beats_sql, key_match_sql, parse_events, silver_schema
+from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
 from slicewise.pipelines import Pipeline
@@ -130,7 +131,7 @@ def evolve(stored: StructType, wanted: StructType, pipeline: str) -> list[Struct
     return [f for f in wanted.fields if f.name not in have]
 
 
-class SchemaChangeRefused(RuntimeError):
+class SchemaChangeRefused(OperationalError):
     """The definition changed a field's type; silver cannot follow without a rewrite."""
 
 

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from slicewise.errors import OperationalError
+
 Offsets = Mapping[int, int]
 
 
@@ -66,7 +68,7 @@ class Slice:
         return f"slice {self.slice_id} of {self.topic}: {parts or 'no partitions'}"
 
 
-class ContiguityError(RuntimeError):
+class ContiguityError(OperationalError):
     """Stored boundaries would make a slice overlap or skip offsets."""
 
 
@@ -81,7 +83,7 @@ class DataLoss:
         return self.missing_until - self.missing_from
 
 
-class DataLossError(RuntimeError):
+class DataLossError(OperationalError):
     """Kafka no longer retains offsets a slice owns, or may have owned."""
 
     def __init__(self, headline: str, losses: list[DataLoss], step: str):

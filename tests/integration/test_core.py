@@ -112,7 +112,7 @@ def test_retention_gap_fails_with_data_loss_report_and_override_works(
 
 
 def test_a_backfill_older_than_retention_fails_planning_until_the_data_loss_override(
-    spark, pipeline, kafka_bootstrap
+    spark, pipeline, kafka_bootstrap, monkeypatch, capsys
 ):
     settings, producer = pipeline
     ledger = Ledger(settings.ledger_dir, settings.topic)
@@ -133,6 +133,20 @@ def test_a_backfill_older_than_retention_fails_planning_until_the_data_loss_over
     assert "before the interval" in str(lost.value)
     assert "partition 0: offsets [0, 2) are gone (2 offsets)" in str(lost.value)
     assert "partition 1: offsets [0, 1) are gone (1 offsets)" in str(lost.value)
+    assert ledger.boundary(at(0)) is None
+    # By hand, `slicewise plan` prints the report and its safe action, not a traceback.
+    for name, value in {
+        "SLICEWISE_TOPIC": settings.topic,
+        "SLICEWISE_LAKEHOUSE": settings.lakehouse,
+        "SLICEWISE_KAFKA_BOOTSTRAP": kafka_bootstrap,
+    }.items():
+        monkeypatch.setenv(name, value)
+    assert cli.main(["plan", "--start", at(0).isoformat(), "--end", at(1).isoformat()]) == 1
+    printed = capsys.readouterr().err
+    assert "DataLossError: " in printed and "--accept-data-loss" in printed, printed
+    assert "Traceback" not in printed
+    with pytest.raises(DataLossError):  # --debug: the traceback too
+        cli.main(["--debug", "plan", "--start", at(0).isoformat(), "--end", at(1).isoformat()])
     assert ledger.boundary(at(0)) is None
 
     sl = plan_slice(settings, at(0), at(1), now=LATER, accept_data_loss=True)
