@@ -15,11 +15,9 @@ from dataclasses import asdict
 from pyspark.sql import DataFrame, SparkSession
 
 from slicewise.config import Settings
-from slicewise.contract import silver_schema
 from slicewise.ledger import Ledger
-from slicewise.reconcile import SliceCounts, slice_counts, slice_window
-from slicewise.silver import merge_into_silver, parsed_slice
-from slicewise.tables import conform
+from slicewise.reconcile import SliceCounts, slice_counts
+from slicewise.silver import merge_survivors, parsed_slice
 from slicewise.transforms import quarantined, slice_ids, survivors, valid_events
 
 log = logging.getLogger(__name__)
@@ -33,16 +31,9 @@ def run_replay(spark: SparkSession, settings: Settings, slice_id: str) -> SliceC
     try:
         kept = survivors(valid_events(parsed, pipeline), pipeline)
         replace_slice(slice_ids(kept, pipeline), settings.table("slice_ids"), slice_id)
-        window = slice_window(spark, settings, slice_id)
-        if window is not None:
-            merge_into_silver(
-                spark,
-                settings.table("silver"),
-                pipeline,
-                conform(kept, silver_schema(pipeline)),
-                window,
-                app_id=None,
-            )
+        # Silver's own MERGE, without an idempotent-write id: the slice's id was spent
+        # by its first MERGE, and this one is idempotent by content (the survivor rule).
+        merge_survivors(spark, settings, kept, app_id=None)
         replace_slice(quarantined(parsed), settings.table("quarantine"), slice_id)
     finally:
         parsed.unpersist()

@@ -171,6 +171,28 @@ def merge_into_silver(
         spark.catalog.dropTempView(source)
 
 
+def merge_survivors(
+    spark: SparkSession, settings: Settings, kept: DataFrame, app_id: str | None
+) -> tuple[date, date] | None:
+    """MERGE a slice's survivors into silver within the horizon window of their event
+    dates; return that window (None, and no MERGE, when the slice has no valid event)."""
+    pipeline = settings.pipeline
+    span = event_date_span(kept).first()
+    if span["first"] is None:
+        ensure_silver(spark, settings.table("silver"), pipeline)
+        return None
+    window = horizon_window(span["first"], span["last"], settings.dedup_horizon_days)
+    merge_into_silver(
+        spark,
+        settings.table("silver"),
+        pipeline,
+        conform(kept, silver_schema(pipeline)),
+        window,
+        app_id,
+    )
+    return window
+
+
 @dataclass(frozen=True)
 class SilverResult:
     slice_id: str
@@ -227,20 +249,7 @@ def merge_slice(
         )
 
     def merge() -> tuple[date, date] | None:
-        span = event_date_span(kept).first()
-        if span["first"] is None:
-            ensure_silver(spark, settings.table("silver"), pipeline)
-            return None
-        window = horizon_window(span["first"], span["last"], settings.dedup_horizon_days)
-        merge_into_silver(
-            spark,
-            settings.table("silver"),
-            pipeline,
-            conform(kept, silver_schema(pipeline)),
-            window,
-            f"slicewise/silver/{slice_id}",
-        )
-        return window
+        return merge_survivors(spark, settings, kept, f"slicewise/silver/{slice_id}")
 
     try:
         *_, window = side_by_side(quarantine, ids, merge)
