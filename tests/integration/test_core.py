@@ -39,6 +39,16 @@ LATER = datetime.now(UTC) + timedelta(
 )  # "now" for planning: every test interval has closed
 
 
+def cli_env(monkeypatch, settings, kafka_bootstrap) -> None:
+    """The environment a `slicewise` command of this pipeline reads its settings from."""
+    for name, value in {
+        "SLICEWISE_TOPIC": settings.topic,
+        "SLICEWISE_LAKEHOUSE": settings.lakehouse,
+        "SLICEWISE_KAFKA_BOOTSTRAP": kafka_bootstrap,
+    }.items():
+        monkeypatch.setenv(name, value)
+
+
 def at(hours: float) -> datetime:
     return T0 + timedelta(hours=hours)
 
@@ -135,12 +145,7 @@ def test_a_backfill_older_than_retention_fails_planning_until_the_data_loss_over
     assert "partition 1: offsets [0, 1) are gone (1 offsets)" in str(lost.value)
     assert ledger.boundary(at(0)) is None
     # By hand, `slicewise plan` prints the report and its safe action, not a traceback.
-    for name, value in {
-        "SLICEWISE_TOPIC": settings.topic,
-        "SLICEWISE_LAKEHOUSE": settings.lakehouse,
-        "SLICEWISE_KAFKA_BOOTSTRAP": kafka_bootstrap,
-    }.items():
-        monkeypatch.setenv(name, value)
+    cli_env(monkeypatch, settings, kafka_bootstrap)
     assert cli.main(["plan", "--start", at(0).isoformat(), "--end", at(1).isoformat()]) == 1
     printed = capsys.readouterr().err
     assert "DataLossError: " in printed and "--accept-data-loss" in printed, printed
@@ -502,12 +507,7 @@ def test_an_open_transaction_holding_the_lso_is_reported_then_fails_planning_onc
     assert (hold.partition, hold.since) == (1, LATER) and hold.waiting >= 2
     assert "partition 1: last stable offset held at" in caplog.text
 
-    for name, value in {
-        "SLICEWISE_TOPIC": settings.topic,
-        "SLICEWISE_LAKEHOUSE": settings.lakehouse,
-        "SLICEWISE_KAFKA_BOOTSTRAP": kafka_bootstrap,
-    }.items():
-        monkeypatch.setenv(name, value)
+    cli_env(monkeypatch, settings, kafka_bootstrap)
     assert cli.main(["status"]) == 0
     out = capsys.readouterr().out
     assert f"HELD partition 1: last stable offset held at {hold.offset}" in out
