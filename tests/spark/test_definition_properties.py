@@ -9,6 +9,7 @@ import random
 from datetime import UTC, datetime
 from pathlib import Path
 
+from builders import bronze_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.testing import assertDataFrameEqual
@@ -17,11 +18,9 @@ from slicewise.contract import parse_events, reasons, silver_schema
 from slicewise.pipelines import (
     PipelinesFile,
 )
-from slicewise.tables import BRONZE
 from slicewise.transforms import dedup_within, quarantined, valid_events
 
 REPO = Path(__file__).resolve().parents[2]
-TS = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 BATCHES = settings(
     max_examples=15,
     deadline=None,
@@ -125,18 +124,13 @@ def records(draw, pipeline):
     return json.dumps(doc).encode(), target
 
 
-def bronze_of(spark, values):
-    rows = [("t", p, o, TS, 0, None, v, [], "s1") for p, o, v in values]
-    return spark.createDataFrame(rows, BRONZE)
-
-
 @BATCHES
 @given(data=st.data())
 def test_every_record_of_any_definition_is_valid_or_quarantined_with_its_reason(spark, data):
     pipeline = data.draw(definitions())
     batch = data.draw(st.lists(records(pipeline), min_size=1, max_size=25))
     parsed = parse_events(
-        bronze_of(spark, [(0, i, v) for i, (v, _) in enumerate(batch)]), pipeline, 4096
+        bronze_rows(spark, [(0, i, v) for i, (v, _) in enumerate(batch)]), pipeline, 4096
     ).cache()
     good = {r.kafka_offset: r for r in valid_events(parsed, pipeline).collect()}
     bad = {r.offset: r.reason for r in quarantined(parsed).collect()}
@@ -180,7 +174,7 @@ def test_dedup_is_order_independent_for_any_key_shape(spark, data, seed):
         rows.append((p, o, json.dumps(doc).encode()))
 
     def dedup(order):
-        events = valid_events(parse_events(bronze_of(spark, order), pipeline, 4096), pipeline)
+        events = valid_events(parse_events(bronze_rows(spark, order), pipeline, 4096), pipeline)
         return dedup_within(events, pipeline)
 
     once = dedup(rows)

@@ -11,6 +11,7 @@ import random
 import re
 from datetime import UTC, datetime
 
+from builders import bronze_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
@@ -18,7 +19,6 @@ from pyspark.testing import assertDataFrameEqual
 
 from slicewise.contract import parse_events, reasons
 from slicewise.pipelines import load_pipelines
-from slicewise.tables import BRONZE
 from slicewise.transforms import dedup_within, quarantined, valid_events
 
 MAX_VALUE_BYTES = 512
@@ -94,16 +94,13 @@ def records(draw) -> tuple[bytes, str | None, str | None]:
     return draw(st.binary(max_size=MAX_VALUE_BYTES + 64)), None, None
 
 
-def bronze_of(spark, values: list[tuple[int, int, bytes]]):
-    rows = [("events", p, o, TS, 0, None, v, [], "s1") for p, o, v in values]
-    return spark.createDataFrame(rows, BRONZE)
-
-
 @BATCHES
 @given(batch=st.lists(records(), min_size=1, max_size=40))
 def test_every_record_is_a_valid_event_or_quarantined_with_a_reason(spark, batch):
     parsed = parse_events(
-        bronze_of(spark, [(0, i, v) for i, (v, _, _) in enumerate(batch)]), EVENTS, MAX_VALUE_BYTES
+        bronze_rows(spark, [(0, i, v) for i, (v, _, _) in enumerate(batch)]),
+        EVENTS,
+        MAX_VALUE_BYTES,
     )
     good = {r.kafka_offset: r for r in valid_events(parsed, EVENTS).collect()}
     bad = {r.offset: r.reason for r in quarantined(parsed).collect()}
@@ -146,7 +143,9 @@ def test_dedup_keeps_the_lowest_position_is_idempotent_and_order_independent(spa
             )
             for (p, o), e in rows
         ]
-        return valid_events(parse_events(bronze_of(spark, values), EVENTS, MAX_VALUE_BYTES), EVENTS)
+        return valid_events(
+            parse_events(bronze_rows(spark, values), EVENTS, MAX_VALUE_BYTES), EVENTS
+        )
 
     once = dedup_within(events(batch), EVENTS)
     survivors = {r.event_id: (r.kafka_partition, r.kafka_offset) for r in once.collect()}

@@ -5,12 +5,12 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
+from builders import bronze_rows
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from slicewise.contract import parse_events
 from slicewise.pipelines import FieldSpec, Survivor, load_pipelines
-from slicewise.tables import BRONZE
 from slicewise.transforms import (
     dedup_within,
     event_date_span,
@@ -37,11 +37,6 @@ def event(event_id, **overrides):
     }
     doc.update(overrides)
     return json.dumps(doc).encode()
-
-
-def bronze_rows(spark, values):
-    rows = [("events", p, o, TS, 0, None, v, [], "s1") for p, o, v in values]
-    return spark.createDataFrame(rows, BRONZE)
 
 
 MALFORMED = [

@@ -1,0 +1,19 @@
+"""Rows the Spark tests build: bronze rows as the Kafka read would give them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from pyspark.sql import DataFrame, SparkSession
+
+from slicewise.tables import BRONZE
+
+TS = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+
+def bronze_rows(
+    spark: SparkSession, values: list[tuple[int, int, bytes | None]], topic: str = "events"
+) -> DataFrame:
+    """Bronze rows of slice `s1`, one per (partition, offset, value), at TS."""
+    rows = [(topic, p, o, TS, 0, None, v, [], "s1") for p, o, v in values]
+    return spark.createDataFrame(rows, BRONZE)
