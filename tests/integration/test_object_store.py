@@ -26,12 +26,13 @@ HOUR = timedelta(hours=1)
 LATER = datetime.now(UTC) + timedelta(days=365)
 
 
-def plan_in_order(env: dict[str, str], hours: list[int]) -> dict[int, dict]:
-    """One planner process: plans the given hours in its own order."""
+def plan_in_order(env: dict[str, str], t0: datetime, hours: list[int]) -> dict[int, dict]:
+    """One planner process: plans the given hours in its own order. It takes the parent's
+    T0: a spawned process re-imports this module, and past midnight its T0 would differ."""
     os.environ.update(env)
     settings = load_settings()
     return {
-        h: slice_to_json(plan_slice(settings, T0 + h * HOUR, T0 + (h + 1) * HOUR, now=LATER))
+        h: slice_to_json(plan_slice(settings, t0 + h * HOUR, t0 + (h + 1) * HOUR, now=LATER))
         for h in hours
     }
 
@@ -70,7 +71,7 @@ def test_concurrent_planners_on_the_object_store_freeze_one_contiguous_slice_per
     hours = list(range(5))
     orders = [random.Random(seed).sample(hours, len(hours)) for seed in range(4)]
     with ProcessPoolExecutor(len(orders), mp_context=get_context("spawn")) as pool:
-        seen = list(pool.map(plan_in_order, [env] * len(orders), orders))
+        seen = list(pool.map(plan_in_order, [env] * len(orders), [T0] * len(orders), orders))
 
     # Every planner got the same slice for every hour: one answer per boundary.
     for h in hours:
