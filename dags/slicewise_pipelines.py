@@ -1,5 +1,6 @@
 """Kafka -> ingest (bronze + silver) -> gate -> publish, one frozen slice per data interval:
-one DAG, `slicewise_<name>`, per pipeline declared in pipelines.yaml.
+one DAG, `slicewise_<name>`, per pipeline declared in pipelines.yaml, and beside it
+`slicewise_<name>_maintenance`, which keeps the pipeline's tables compact and vacuumed.
 
 This file only wires tasks. Its one read is the definition file (small, local, cached
 by modification time), as any config-driven DAG file does; no heavy imports, no
@@ -15,7 +16,7 @@ import pendulum
 from airflow.sdk import DAG, BaseOperator, CronDataIntervalTimetable, Param, task
 
 from slicewise.assets import silver_asset
-from slicewise.config import grace_seconds, schedule, spark_mode
+from slicewise.config import grace_seconds, schedule, spark_mode, step_timeout
 from slicewise.operators import (
     IntervalClosedSensor,
     SliceSparkConnectOperator,
@@ -37,13 +38,23 @@ def _spark_jars() -> str:
 
 
 def spark_step(pipeline: str, step: str, extra_args: list[str] | None = None) -> BaseOperator:
-    """A Spark step: a client of the Spark Connect server (spark_connect_default), or a
+    """A Spark step of the run's slice."""
+    return spark_task(pipeline, step, ["--slice-id", SLICE_ID, *(extra_args or [])])
+
+
+def spark_task(pipeline: str, step: str, args: list[str]) -> BaseOperator:
+    """A Spark task: a client of the Spark Connect server (spark_connect_default), or a
     spark-submit application (spark_default: local[*], a cluster, YARN, Kubernetes).
-    Only the connections say where; the steps and their arguments are the same."""
-    argv = ["--pipeline", pipeline, "--slice-id", SLICE_ID, *(extra_args or [])]
+    Only the connections say where; the steps and their arguments are the same. Airflow
+    stops an attempt after SLICEWISE_STEP_TIMEOUT, the span maintenance's VACUUM keeps."""
+    argv = ["--pipeline", pipeline, *args]
     if spark_mode() == "connect":
         return SliceSparkConnectOperator(
-            task_id=step, step=step, argv=argv, conn_id="spark_connect_default"
+            task_id=step,
+            step=step,
+            argv=argv,
+            conn_id="spark_connect_default",
+            execution_timeout=step_timeout(),
         )
     return SliceSparkSubmitOperator(
         task_id=step,
@@ -52,6 +63,7 @@ def spark_step(pipeline: str, step: str, extra_args: list[str] | None = None) ->
         application_args=argv,
         conf={**static_conf(), "spark.jars": "{{ slicewise_spark_jars() }}"},
         name=f"slicewise-{pipeline}-{step}-{{{{ data_interval_start | ts_nodash }}}}",
+        execution_timeout=step_timeout(),
     )
 
 
@@ -177,5 +189,41 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
     return dag
 
 
+MAINTENANCE_DOC = """
+### slicewise: maintenance of pipeline `{name}`
+
+Compacts bronze, quarantine, `slice_ids`, gold and silver's settled event dates,
+purges silver's deletion vectors there, drops bronze rows past
+`maintenance.bronze_retain` (published slices only; off by default), and VACUUMs
+every table with `maintenance.vacuum_retain` ({retain}). It runs beside live
+slices: a commit conflict is retried by whichever side lost. Safe to clear and
+re-run at any time. See docs/OPERATIONS.md.
+"""
+
+
+def maintenance_dag(pipeline: Pipeline) -> DAG:
+    """The maintenance DAG of one declared pipeline: one Spark task."""
+    with DAG(
+        dag_id=pipeline.maintenance_dag_id,
+        schedule=CronDataIntervalTimetable(pipeline.maintenance.schedule, timezone="UTC"),
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        max_active_runs=1,
+        doc_md=MAINTENANCE_DOC.format(
+            name=pipeline.name, retain=pipeline.maintenance.vacuum_retain
+        ),
+        tags=["slicewise", "maintenance", pipeline.name],
+        user_defined_macros={"slicewise_spark_jars": _spark_jars},
+        default_args={
+            "owner": "data-platform",
+            "retries": 2,
+            "retry_delay": timedelta(minutes=5),
+        },
+    ) as dag:
+        spark_task(pipeline.name, "maintain", [])
+    return dag
+
+
 for _pipeline in load_pipelines().values():
     globals()[_pipeline.dag_id] = pipeline_dag(_pipeline)
+    globals()[_pipeline.maintenance_dag_id] = maintenance_dag(_pipeline)

@@ -20,9 +20,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from slicewise.config import Settings
+from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.kafka.offsets import TopicOffsets
-from slicewise.ledger import Ledger, slice_to_json
+from slicewise.ledger import BRONZE_DROPPED, Ledger, slice_to_json
 from slicewise.slices import DataLossError, Slice, find_data_loss
 from slicewise.tables import (
     BRONZE,
@@ -35,6 +36,23 @@ from slicewise.tables import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class BronzeDropped(OperationalError):
+    """Bronze retention deleted the rows of this (published) slice."""
+
+
+def require_bronze_rows(ledger: Ledger, slice_id: str) -> None:
+    """Refuse a step that needs the slice's bronze rows once retention deleted them:
+    a re-ingest would find Kafka's copy gone too, and a gate would count nothing."""
+    dropped = ledger.step(slice_id, BRONZE_DROPPED)
+    if dropped is not None:
+        raise BronzeDropped(
+            f"slice {slice_id} was published, and bronze retention (maintenance.bronze_retain) "
+            f"deleted its bronze rows at {dropped['recorded_at']}. Its silver rows and gold "
+            "stay as published; it cannot be ingested, gated or replayed again. Nothing was "
+            "changed."
+        )
 
 
 @dataclass(frozen=True)
@@ -126,6 +144,7 @@ def stored_slice(
     spark: SparkSession, settings: Settings, ledger: Ledger, sl: Slice
 ) -> BronzeResult | None:
     """The slice's result when bronze already holds it (recorded again), else None."""
+    require_bronze_rows(ledger, sl.slice_id)
     path = settings.table("bronze")
     if not slice_in_bronze(spark, path, sl.slice_id):
         return None

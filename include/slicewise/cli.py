@@ -6,6 +6,7 @@ On-call uses this to inspect and re-run a slice exactly as the DAG would:
     slicewise plan --start 2026-11-22T03:00:00Z --end 2026-11-22T04:00:00Z
     slicewise ingest --slice-id 20261122T030000Z-20261122T040000Z   # bronze + silver
     slicewise gate --slice-id ...     |  publish  |  bronze  |  silver  |  replay-quarantine
+    slicewise maintain                   # compact, purge and vacuum the tables (docs/OPERATIONS.md)
     slicewise pipelines                  # check pipelines.yaml, list its pipelines
 
 Every command takes `--pipeline NAME` (default: SLICEWISE_PIPELINE, else the
@@ -28,7 +29,7 @@ from slicewise.config import ConfigError, Settings, load_settings
 from slicewise.errors import OperationalError
 from slicewise.freshness import Freshness, Published, freshness
 from slicewise.holds import Hold
-from slicewise.jobs import STEPS, add_pipeline_arg, step_parser
+from slicewise.jobs import PIPELINE_STEPS, STEPS, add_pipeline_arg, step_parser
 from slicewise.kafka.offsets import KafkaUnavailable, TopicOffsets
 from slicewise.ledger import STEPS as LEDGER_STEPS
 from slicewise.ledger import Ledger
@@ -187,7 +188,12 @@ def parser() -> argparse.ArgumentParser:
     )
     pipelines.add_argument("--file", default=None, help="default: SLICEWISE_PIPELINES_FILE")
     for step in STEPS:
-        p = step_parser(step, sub.add_parser(step, help=f"run the {step} step for one slice"))
+        what = (
+            "compact, purge and vacuum the pipeline's tables (docs/OPERATIONS.md)"
+            if step in PIPELINE_STEPS
+            else f"run the {step} step for one slice"
+        )
+        p = step_parser(step, sub.add_parser(step, help=what))
         p.add_argument(
             "--master",
             default=None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from slicewise.errors import ConfigError
@@ -17,6 +18,7 @@ from slicewise.kafka.security import KAFKA_PROP_PREFIX, KAFKA_SPARK_PROP_PREFIX,
 from slicewise.pipelines import (
     Pipeline,
     as_cron,
+    as_span,
     definitions_file,
     load_pipelines,
     pipeline_named,
@@ -48,6 +50,9 @@ class Settings:
     # Most records one Spark task reads of a slice (the Kafka source's
     # maxRecordsPerPartition); 0: one task per Kafka partition, Spark's default.
     records_per_task: int = 50_000
+    # Longest a Spark step attempt may run before Airflow stops it (SLICEWISE_STEP_TIMEOUT):
+    # no attempt holds a table snapshot longer, so VACUUM may delete what it removed before.
+    step_timeout: timedelta = timedelta(hours=2)
 
     @property
     def spark_kafka_props(self) -> dict[str, str]:
@@ -145,6 +150,21 @@ def schedule(env: Mapping[str, str] | None = None) -> str:
         raise ConfigError(f"SLICEWISE_SCHEDULE: {exc}") from None
 
 
+def step_timeout(env: Mapping[str, str] | None = None) -> timedelta:
+    """How long one attempt of a Spark step may run (read at DAG parse): SLICEWISE_STEP_TIMEOUT,
+    a duration such as 90m or 2h; 2 h by default. Maintenance's VACUUM never deletes a file
+    removed more recently than this, so no running attempt loses a file it reads."""
+    env = os.environ if env is None else env
+    text = env.get("SLICEWISE_STEP_TIMEOUT", "").strip() or "2h"
+    try:
+        span = as_span(text, "SLICEWISE_STEP_TIMEOUT")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if span < timedelta(seconds=1):
+        raise ConfigError(f"SLICEWISE_STEP_TIMEOUT={text!r}: set at least 1s (default 2h)")
+    return span
+
+
 def load_settings(env: Mapping[str, str] | None = None, pipeline: str | None = None) -> Settings:
     """Read settings from the environment (or the given mapping) and validate them, for
     the named pipeline (else SLICEWISE_PIPELINE, else the definition file's first)."""
@@ -200,6 +220,7 @@ def load_settings(env: Mapping[str, str] | None = None, pipeline: str | None = N
         spark_remote=_spark_remote(env),
         max_open_transaction_seconds=_int(env, "SLICEWISE_MAX_OPEN_TRANSACTION_SECONDS", 900),
         records_per_task=_int(env, "SLICEWISE_RECORDS_PER_TASK", 50_000),
+        step_timeout=step_timeout(env),
     )
     settings.spark_kafka_props  # noqa: B018 - fail fast on settings Spark could not use
     return settings

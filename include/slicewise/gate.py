@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 import pandas as pd
 from pyspark.sql import SparkSession
 
+from slicewise.bronze import require_bronze_rows
 from slicewise.config import Settings
 from slicewise.contract import required_columns, silver_schema
 from slicewise.faults import fault_point
@@ -118,6 +119,7 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
     """Validate one slice; record the outcome; raise `GateFailed` if it failed."""
     ledger = Ledger(settings.ledger_dir, settings.topic)
     ledger.load_slice(slice_id)
+    require_bronze_rows(ledger, slice_id)
     if ledger.step(slice_id, "silver") is None:
         raise GateFailed(
             f"slice {slice_id} has not been through silver; clear its `ingest` task (or run "

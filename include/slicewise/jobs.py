@@ -64,6 +64,12 @@ def _replay(spark: SparkSession, settings: Settings, args: argparse.Namespace) -
     return run_replay(spark, settings, args.slice_id)
 
 
+def _maintain(spark: SparkSession, settings: Settings, args: argparse.Namespace) -> Any:
+    from slicewise.maintenance import run_maintenance
+
+    return run_maintenance(spark, settings)
+
+
 STEPS: dict[str, Callable[[SparkSession, Settings, argparse.Namespace], Any]] = {
     "ingest": _ingest,
     "bronze": _bronze,
@@ -71,16 +77,24 @@ STEPS: dict[str, Callable[[SparkSession, Settings, argparse.Namespace], Any]] = 
     "gate": _gate,
     "publish": _publish,
     "replay-quarantine": _replay,
+    "maintain": _maintain,
 }
+# Steps of the whole pipeline rather than of one slice.
+PIPELINE_STEPS = ("maintain",)
 
 
 def step_parser(
     step: str, parser: argparse.ArgumentParser | None = None
 ) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog=f"spark_jobs/{step}.py")
-    parser.add_argument(
-        "--slice-id", required=True, help="slice to process, e.g. 20261122T030000Z-20261122T040000Z"
-    )
+    if step in PIPELINE_STEPS:
+        parser.set_defaults(slice_id=None)
+    else:
+        parser.add_argument(
+            "--slice-id",
+            required=True,
+            help="slice to process, e.g. 20261122T030000Z-20261122T040000Z",
+        )
     add_pipeline_arg(parser)
     for name, help_text in STEP_FLAGS.get(step, {}).items():
         # `--flag`, `--flag true` or `--flag false`: the DAG renders a param into the value.
@@ -118,9 +132,10 @@ def _flag(value: str) -> bool:
     return value.lower() in ("true", "1", "yes")
 
 
-def step_tag(step: str, slice_id: str) -> str:
-    """The Spark Connect operation tag of one step of one slice (interrupt by tag)."""
-    return f"slicewise-{step}-{slice_id}"
+def step_tag(step: str, scope: str) -> str:
+    """The Spark Connect operation tag of one step of one slice, or of a pipeline's
+    maintenance (interrupt by tag)."""
+    return f"slicewise-{step}-{scope}"
 
 
 def run(
@@ -131,20 +146,19 @@ def run(
     settings: Settings | None = None,
 ) -> Any:
     settings = settings or load_settings(pipeline=args.pipeline)
+    scope = args.slice_id or settings.pipeline.name  # a slice, or the whole pipeline
     owned = spark is None
-    spark = spark or get_spark(
-        f"slicewise-{step}-{args.slice_id}", master=master, settings=settings
-    )
+    spark = spark or get_spark(f"slicewise-{step}-{scope}", master=master, settings=settings)
     size_for_slices(spark)
     ship_package(spark, settings)
     remote = is_remote(spark)
     if remote:
-        spark.addTag(step_tag(step, args.slice_id))
+        spark.addTag(step_tag(step, scope))
     try:
         result = STEPS[step](spark, settings, args)
     finally:
         if remote:
-            spark.removeTag(step_tag(step, args.slice_id))
+            spark.removeTag(step_tag(step, scope))
             if owned:  # release the server-side session (and its cache) now
                 spark.stop()
     print(

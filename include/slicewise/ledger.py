@@ -26,10 +26,12 @@ from typing import Any
 
 from slicewise.errors import OperationalError
 from slicewise.holds import Hold
-from slicewise.slices import Boundary, Slice, stamp
+from slicewise.slices import Boundary, Slice, from_stamp, stamp
 from slicewise.store import open_store
 
 STEPS = ("plan", "bronze", "silver", "gate", "publish")
+# Recorded by maintenance when bronze retention deleted a published slice's rows.
+BRONZE_DROPPED = "bronze_dropped"
 INDEX = "newest-first"
 PAGE = 20  # markers listed per request when looking backwards
 _REVERSED = str.maketrans("0123456789", "9876543210")
@@ -39,10 +41,6 @@ def newest_first(name: str) -> str:
     """`name` with each digit d as 9 - d: among names of one fixed-width shape (stamps,
     slice ids) the order flips, so a listing from a name walks back in time."""
     return name.translate(_REVERSED)
-
-
-def _stamp_at(text: str) -> datetime:
-    return datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
 
 
 def _dump(payload: dict[str, Any]) -> bytes:
@@ -133,7 +131,7 @@ class Ledger:
         after = self._marker("boundaries", stamp(at))
         while keys := self.store.keys(f"{INDEX}/boundaries", after=after, limit=PAGE):
             for key in keys:
-                found = self.boundary(_stamp_at(newest_first(key.rsplit("/", 1)[1])))
+                found = self.boundary(from_stamp(newest_first(key.rsplit("/", 1)[1])))
                 if found is not None:
                     return found
             after = keys[-1]
@@ -143,7 +141,7 @@ class Ledger:
         """The nearest stored boundary after `at`: one listing from its name."""
         keys = self.store.keys("boundaries", after=self._boundary_key(at), limit=1)
         return (
-            self.boundary(_stamp_at(keys[0].rsplit("/", 1)[1][: -len(".json")])) if keys else None
+            self.boundary(from_stamp(keys[0].rsplit("/", 1)[1][: -len(".json")])) if keys else None
         )
 
     def neighbours(self, at: datetime) -> tuple[Boundary | None, Boundary | None]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -50,6 +51,16 @@ NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SEGMENT = re.compile(r"^[^.'\[\]\s]+$")
 EVERY = re.compile(r"^(\d+)\s*(m|min|h|d)$")
+SPAN = re.compile(r"^(\d+)\s*(s|m|min|h|d)$")
+SPAN_UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def as_span(text: str, what: str) -> timedelta:
+    """A duration such as `90s`, `30m`, `6h` or `7d`. Raises ValueError naming `what`."""
+    match = SPAN.match(str(text).strip())
+    if not match:
+        raise ValueError(f"{what} {text!r}: write a duration such as 90s, 30m, 6h or 7d")
+    return timedelta(seconds=int(match[1]) * SPAN_UNITS[match[2]])
 
 
 def as_cron(schedule: str) -> str:
@@ -149,6 +160,30 @@ class Gold(_Strict):
     group_by: tuple[str, ...] = ()
 
 
+class Maintenance(_Strict):
+    """The pipeline's table maintenance (slicewise.maintenance, docs/OPERATIONS.md)."""
+
+    # When it runs: cron or a duration, as `schedule:`.
+    schedule: str = "@daily"
+    # VACUUM deletes files removed longer ago than this: the reach of time travel, and
+    # never shorter than a step may run (SLICEWISE_STEP_TIMEOUT), checked when it runs.
+    vacuum_retain: timedelta = timedelta(days=7)
+    # Bronze keeps the rows of published slices this long; None keeps everything.
+    bronze_retain: timedelta | None = None
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, schedule: str) -> str:
+        return as_cron(schedule)
+
+    @field_validator("vacuum_retain", "bronze_retain", mode="before")
+    @classmethod
+    def _span(cls, value: Any, info: Any) -> timedelta | None:
+        if value is None or isinstance(value, timedelta):
+            return value
+        return as_span(value, info.field_name)
+
+
 class Pipeline(_Strict):
     """One declared pipeline (its name is its key in the file)."""
 
@@ -165,6 +200,7 @@ class Pipeline(_Strict):
     gold: Gold | None = None
     # Cron or a duration (`as_cron`); None: SLICEWISE_SCHEDULE, else hourly.
     schedule: str | None = None
+    maintenance: Maintenance = Maintenance()
 
     @field_validator("schedule")
     @classmethod
@@ -264,6 +300,10 @@ class Pipeline(_Strict):
     @property
     def dag_id(self) -> str:
         return f"slicewise_{self.name}"
+
+    @property
+    def maintenance_dag_id(self) -> str:
+        return f"slicewise_{self.name}_maintenance"
 
 
 class PipelinesFile(_Strict):

@@ -14,6 +14,7 @@ from dataclasses import asdict
 
 from pyspark.sql import DataFrame, SparkSession
 
+from slicewise.bronze import require_bronze_rows
 from slicewise.config import Settings
 from slicewise.ledger import Ledger
 from slicewise.reconcile import SliceCounts, slice_counts
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 def run_replay(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCounts:
     ledger = Ledger(settings.ledger_dir, settings.topic)
     ledger.load_slice(slice_id)  # fails clearly if the slice is unknown
+    require_bronze_rows(ledger, slice_id)
     pipeline = settings.pipeline
     parsed = parsed_slice(spark, settings, slice_id)
     try:

@@ -34,6 +34,16 @@ def stamp(ts: datetime) -> str:
     return utc(ts).strftime("%Y%m%dT%H%M%SZ")
 
 
+def from_stamp(text: str) -> datetime:
+    return datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+
+
+def slice_interval(slice_id: str) -> tuple[datetime, datetime]:
+    """A slice id's [start, end)."""
+    start, end = slice_id.split("-")
+    return from_stamp(start), from_stamp(end)
+
+
 @dataclass(frozen=True)
 class Boundary:
     topic: str

@@ -31,6 +31,7 @@ SCENARIOS = {
     "client-killed": "client killed, server finishes the write",
     "server-restart": "Spark Connect server killed and restarted",
     "two-clients": "two clients of one slice at once",
+    "maintenance": "maintenance beside each step of a backfill",
     "mixed": "mixed: a random strike per step",
 }
 

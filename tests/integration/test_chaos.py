@@ -1,5 +1,5 @@
 """Chaos: kill -9, zombie and orphaned attempts, broker and Spark Connect server restarts
-at every step, against an oracle.
+and table maintenance at every step, against an oracle.
 
 Each run produces a faulty stream with `slicewise_dev.source` (duplicates, aborted and
 long-open transactions, poison records, fields that changed type, new fields) on the
@@ -35,10 +35,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 from chaos_log import SCENARIOS, Row, append, render
 from pyspark.sql import functions as F
 
-from slicewise.config import Settings, load_settings
+from slicewise.config import REPO_ROOT, Settings, load_settings
 from slicewise.connect_server import SparkConnectServer
 from slicewise.faults import POINTS
 from slicewise.ledger import Ledger
@@ -81,6 +82,8 @@ class Slice:
             end = self.start + timedelta(hours=1)
             cmd = [str(VENV_BIN / "slicewise"), "plan", "--start", self.start.isoformat()]
             cmd += ["--end", end.isoformat()]
+        elif step == "maintain":
+            cmd = [str(VENV_BIN / "slicewise"), "maintain"]
         else:
             cmd = [str(VENV_BIN / "slicewise"), step, "--slice-id", self.slice_id]
         self.attempts += 1
@@ -263,6 +266,26 @@ def two_clients(sl: Slice, step: str, rng: random.Random) -> int:
     return 1
 
 
+def beside_maintenance(sl: Slice, step: str, rng: random.Random) -> int:
+    """The pipeline's maintenance (compaction, deletion-vector purge, bronze retention,
+    VACUUM with a retention as short as the step timeout) starts at a random moment of
+    the step; both run to the end, and a failed attempt of either is retried, as Airflow
+    retries each DAG's task. Plan writes no table, so it runs alone."""
+    if step == "plan":
+        return no_strike(sl, step, rng)
+    first = sl.launch(step)
+    struck = sl.outlives(first, strike_after(rng, step))
+    upkeep = sl.launch("maintain")
+    code, maintained = first.wait(timeout=900), upkeep.wait(timeout=900)
+    if code == 0:
+        sl.done(step)
+    else:
+        sl.retry_until_done(step)
+    if maintained != 0:
+        sl.retry_until_done("maintain")
+    return int(struck)
+
+
 STRIKES: dict[str, Strike] = {
     "boundary": kill_at_boundary,
     "mid-step": kill_mid_step,
@@ -272,6 +295,7 @@ STRIKES: dict[str, Strike] = {
     "client-killed": client_killed,
     "server-restart": server_restart,
     "two-clients": two_clients,
+    "maintenance": beside_maintenance,
 }
 MIXED = "mixed"
 assert set(SCENARIOS) == {*STRIKES, MIXED}
@@ -305,6 +329,22 @@ def strike(scenario: str, sl: Slice, rng: random.Random) -> int:
         kind = rng.choice(list(STRIKES)) if scenario == MIXED else scenario
         struck += (no_strike if once not in (None, step) else STRIKES[kind])(sl, step, rng)
     return struck
+
+
+def maintained_backfill(state: Path) -> dict[str, str]:
+    """The maintenance scenario's settings: a slice two days back (a backfill) whose event
+    date is settled for a horizon of 0 days, so maintenance compacts and purges silver's
+    partition while the slice MERGEs into it; VACUUM's retention as short as the step
+    timeout (30 s, longer than any attempt here), and bronze retention of a day, so it
+    also deletes files and rows beside the steps."""
+    doc = yaml.safe_load((REPO_ROOT / "pipelines.yaml").read_text())
+    events = doc["pipelines"]["events"]
+    events["horizon_days"] = 0
+    events["maintenance"] = {"vacuum_retain": "30s", "bronze_retain": "1d"}
+    state.mkdir(parents=True, exist_ok=True)
+    path = state / "pipelines.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return {"SLICEWISE_PIPELINES_FILE": str(path), "SLICEWISE_STEP_TIMEOUT": "30s"}
 
 
 @pytest.fixture(scope="module")
@@ -405,20 +445,23 @@ def strike_run(
 ) -> None:
     """One randomized run: a faulty stream, its slice under chaos, the oracle's verdict."""
     rng = random.Random(seed)
-    settings = load_settings(
-        {
-            **os.environ,
-            "SLICEWISE_KAFKA_BOOTSTRAP": chaos_broker.bootstrap,
-            "SLICEWISE_SPARK_REMOTE": chaos_server.url,
-            "SLICEWISE_TOPIC": f"chaos-{uuid.uuid4().hex[:8]}",
-            "SLICEWISE_STATE_DIR": str(state),
-            "SLICEWISE_LAKEHOUSE": lakehouse,
-        }
-    )
-    start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    env = {
+        "SLICEWISE_KAFKA_BOOTSTRAP": chaos_broker.bootstrap,
+        "SLICEWISE_SPARK_REMOTE": chaos_server.url,
+        "SLICEWISE_TOPIC": f"chaos-{uuid.uuid4().hex[:8]}",
+        "SLICEWISE_STATE_DIR": str(state),
+        "SLICEWISE_LAKEHOUSE": lakehouse,
+    }
+    ago = timedelta(hours=3)
+    if scenario == "maintenance":
+        env.update(maintained_backfill(state))
+        ago = timedelta(days=2)
+    settings = load_settings({**os.environ, **env})
+    start = (datetime.now(UTC) - ago).replace(minute=0, second=0, microsecond=0)
     manifest = produce(settings, start, intervals=1, events=300, faults=FAULTS, seed=seed)
     logs = state / "logs"
     logs.mkdir(parents=True)
     sl = Slice(settings, chaos_broker, chaos_server, start, logs)
+    sl.env.update(env)
     row.struck += strike(scenario, sl, rng)
     compare_with_oracle(spark, sl, manifest, row)

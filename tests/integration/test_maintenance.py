@@ -1,0 +1,134 @@
+"""Maintenance on real Delta tables: compaction of the settled event dates and of the
+other tables, the purge of deletion vectors, bronze retention of published slices only,
+and VACUUM freeing the rewritten files."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from pyspark.sql import functions as F
+
+from slicewise.bronze import BronzeDropped
+from slicewise.config import REPO_ROOT
+from slicewise.gate import run_gate
+from slicewise.ingest import run_ingest
+from slicewise.maintenance import run_maintenance
+from slicewise.planner import plan_slice
+from slicewise.publish import run_publish
+from slicewise_dev.producer import Record, event_value
+
+pytestmark = pytest.mark.integration
+
+# Four days back: every date is settled for a horizon of one day, and Kafka (7 days of
+# time-based retention) still holds the records.
+T0 = (datetime.now(UTC) - timedelta(days=4)).replace(hour=0, minute=0, second=0, microsecond=0)
+HOUR = timedelta(hours=1)
+LATER = datetime.now(UTC) + timedelta(days=365)
+RETAIN = 20  # seconds: VACUUM's retention and the step timeout of this test
+
+
+def definitions(tmp_path: Path) -> Path:
+    """The default pipeline, with a one-day horizon, the highest `occurred_at` surviving
+    (so a later copy replaces a stored row: a deletion vector), and short retentions."""
+    doc = yaml.safe_load((REPO_ROOT / "pipelines.yaml").read_text())
+    events = doc["pipelines"]["events"]
+    events["horizon_days"] = 1
+    events["survivor"] = {"order_by": "occurred_at", "keep": "highest"}
+    events["maintenance"] = {"vacuum_retain": f"{RETAIN}s", "bronze_retain": "1d"}
+    path = tmp_path / "pipelines.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def events_at(hour: int, n: int) -> list[Record]:
+    return [
+        Record(
+            event_value(f"h{hour}-{i}", T0 + hour * HOUR + i * timedelta(seconds=20)),
+            i % 3,
+            T0 + hour * HOUR + i * timedelta(seconds=20),
+        )
+        for i in range(n)
+    ]
+
+
+def through_gate(spark, settings, hour: int, publish: bool = True) -> str:
+    sl = plan_slice(settings, T0 + hour * HOUR, T0 + (hour + 1) * HOUR, now=LATER)
+    run_ingest(spark, settings, sl.slice_id)
+    run_gate(spark, settings, sl.slice_id)
+    if publish:
+        run_publish(spark, settings, sl.slice_id)
+    return sl.slice_id
+
+
+def files_per_date(spark, settings) -> dict[str, int]:
+    rows = (
+        spark.read.format("delta")
+        .load(settings.table("silver"))
+        .select("event_date", F.input_file_name().alias("file"))
+        .groupBy("event_date")
+        .agg(F.countDistinct("file").alias("files"))
+        .collect()
+    )
+    return {str(r.event_date): r.files for r in rows}
+
+
+def parquet_on_disk(path: str) -> dict[Path, int]:
+    return {p: p.stat().st_size for p in Path(path).rglob("*.parquet")}
+
+
+def test_maintenance_compacts_purges_retains_and_vacuums(spark, pipeline_factory, tmp_path):
+    settings, producer = pipeline_factory(
+        SLICEWISE_PIPELINES_FILE=str(definitions(tmp_path)), SLICEWISE_STEP_TIMEOUT=f"{RETAIN}s"
+    )
+    day = T0.date().isoformat()
+    producer.send([r for h in range(3) for r in events_at(h, 30)])
+    published = [through_gate(spark, settings, h) for h in range(2)]
+    unpublished = through_gate(spark, settings, 2, publish=False)
+    assert files_per_date(spark, settings)[day] >= 3  # each MERGE added a file to the date
+
+    first = run_maintenance(spark, settings)
+    by_table = {t.table: t for t in first.tables}
+    assert set(by_table) == {"bronze", "silver", "quarantine", "slice_ids", "gold_events_per_hour"}
+    assert files_per_date(spark, settings) == {day: 1}
+    assert by_table["silver"].files_compacted >= 3 and by_table["bronze"].files_compacted > 1
+    # Bronze retention: the published slices' rows went, the unpublished one's stayed.
+    assert by_table["bronze"].slices_dropped == published
+    assert first.kept_unpublished == [unpublished]
+    bronze = spark.read.format("delta").load(settings.table("bronze"))
+    assert {r.slice_id for r in bronze.select("slice_id").distinct().collect()} == {unpublished}
+    with pytest.raises(BronzeDropped, match="bronze_retain"):
+        run_ingest(spark, settings, published[0])
+    silver = spark.read.format("delta").load(settings.table("silver"))
+    assert silver.count() == 90 and silver.select("event_id").distinct().count() == 90
+
+    # A later copy of h0-0, dated the next day: the MERGE marks the stored row deleted
+    # in the one compacted file of the first day (a deletion vector), and adds no file
+    # to that date, so compaction leaves the file alone and only the purge rewrites it.
+    later = T0 + timedelta(days=1, hours=3)
+    producer.send([Record(event_value("h0-0", later), 0, T0 + 3 * HOUR + timedelta(minutes=5))])
+    through_gate(spark, settings, 3)
+    assert files_per_date(spark, settings)[day] == 1
+    on_disk_before = parquet_on_disk(settings.table("silver"))
+
+    import time
+
+    time.sleep(RETAIN + 1)  # the files the first run rewrote are now past the retention
+    second = run_maintenance(spark, settings)
+    silver_upkeep = next(t for t in second.tables if t.table == "silver")
+    assert silver_upkeep.deletion_vectors_purged == 1
+    assert silver_upkeep.files_vacuumed >= by_table["silver"].files_compacted
+    assert silver_upkeep.bytes_vacuumed > 0
+    # What VACUUM reports is what left the disk, file for file, byte for byte.
+    gone = on_disk_before.keys() - parquet_on_disk(settings.table("silver")).keys()
+    assert len(gone) == silver_upkeep.files_vacuumed
+    assert sum(on_disk_before[p] for p in gone) == silver_upkeep.bytes_vacuumed
+    silver = spark.read.format("delta").load(settings.table("silver"))
+    rows = {r.event_id: r for r in silver.collect()}
+    assert len(rows) == 90 and rows["h0-0"].occurred_at.replace(tzinfo=UTC) == later
+    details = spark.sql(f"DESCRIBE DETAIL delta.`{settings.table('silver')}`").first()
+    assert details["properties"]["delta.deletedFileRetentionDuration"] == (
+        f"interval {RETAIN} seconds"
+    )
