@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,11 @@ def dagbag(airflow_db):
 
 def test_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert set(dagbag.dag_ids) == {"slicewise_events", "slicewise_downstream"}
+    assert set(dagbag.dag_ids) == {
+        "slicewise_events",
+        "slicewise_events_maintenance",
+        "slicewise_downstream",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +42,13 @@ def two_pipelines_dagbag(airflow_db):
 def test_one_dag_per_declared_pipeline(two_pipelines_dagbag):
     bag = two_pipelines_dagbag
     assert bag.import_errors == {}
-    assert set(bag.dag_ids) == {"slicewise_events", "slicewise_orders", "slicewise_downstream"}
+    assert set(bag.dag_ids) == {
+        "slicewise_events",
+        "slicewise_orders",
+        "slicewise_events_maintenance",
+        "slicewise_orders_maintenance",
+        "slicewise_downstream",
+    }
     orders = bag.get_dag("slicewise_orders")
     assert "orders" in orders.tags and "`tenant`, `order.id`" in orders.doc_md
     argv = orders.get_task("ingest").op_kwargs["argv"]
@@ -47,6 +58,23 @@ def test_one_dag_per_declared_pipeline(two_pipelines_dagbag):
     # Each pipeline on its own schedule: orders' `schedule: 5m`, events the default hour.
     assert orders.timetable.expression == "*/5 * * * *"
     assert bag.get_dag("slicewise_events").timetable.expression == "0 * * * *"
+
+
+def test_each_pipeline_has_a_daily_maintenance_dag_of_one_spark_task(two_pipelines_dagbag):
+    maintenance = two_pipelines_dagbag.get_dag("slicewise_orders_maintenance")
+    assert maintenance.timetable.expression == "0 0 * * *" and maintenance.max_active_runs == 1
+    [task] = maintenance.tasks
+    assert task.task_id == "maintain" and task.op_kwargs["argv"] == ["--pipeline", "orders"]
+    assert "docs/OPERATIONS.md" in maintenance.doc_md
+
+
+def test_every_spark_attempt_is_stopped_at_the_step_timeout(two_pipelines_dagbag):
+    """The span maintenance's VACUUM keeps (SLICEWISE_STEP_TIMEOUT, 2 h by default)."""
+    for dag_id in ("slicewise_orders", "slicewise_orders_maintenance"):
+        dag = two_pipelines_dagbag.get_dag(dag_id)
+        for task_id in ("ingest", "gate", "publish", "maintain"):
+            if dag.has_task(task_id):
+                assert dag.get_task(task_id).execution_timeout == timedelta(hours=2), task_id
 
 
 def test_a_broken_definition_file_is_an_import_error_naming_line_and_key(

@@ -135,6 +135,10 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(
         )
         try:
             scheduled = wait_for_scheduled_success(services, dag_ids["orders"], timeout=300)
+            # Each pipeline's maintenance DAG (daily) ran its latest interval on its own,
+            # beside the live slices.
+            for s in settings.values():
+                wait_for_scheduled_success(services, s.pipeline.maintenance_dag_id, timeout=300)
         finally:
             scheduler.terminate()
             scheduler.wait(60)

@@ -33,7 +33,7 @@ LAYERS: list[set[str]] = [
     {"reconcile"},
     {"replay"},
     {"gate"},
-    {"publish"},
+    {"publish", "maintenance"},  # maintenance: beside the data path, on its own schedule
     {"assets"},
     {"jobs", "connect_server"},  # what runs the steps
     {"operators", "cli"},
