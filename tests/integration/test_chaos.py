@@ -108,7 +108,7 @@ class Slice:
 
     def done(self, step: str) -> None:
         if step == "plan":
-            [self.slice_id] = [s.slice_id for s in self.ledger().slices()]
+            [self.slice_id] = [s.slice_id for s in self.ledger().slices() if s.start == self.start]
 
     def retry_until_done(self, step: str, extra_env: dict[str, str] | None = None) -> int:
         """Attempts until one succeeds (what Airflow's retries do); returns how many were killed."""
@@ -332,9 +332,9 @@ def strike(scenario: str, sl: Slice, rng: random.Random) -> int:
 
 
 def maintained_backfill(state: Path) -> dict[str, str]:
-    """The maintenance scenario's settings: a slice two days back (a backfill) whose event
+    """The maintenance scenario's settings: slices two days back (a backfill) whose event
     date is settled for a horizon of 0 days, so maintenance compacts and purges silver's
-    partition while the slice MERGEs into it; VACUUM's retention as short as the step
+    partition while a slice MERGEs into it; VACUUM's retention as short as the step
     timeout (30 s, longer than any attempt here), and bronze retention of a day, so it
     also deletes files and rows beside the steps."""
     doc = yaml.safe_load((REPO_ROOT / "pipelines.yaml").read_text())
@@ -452,15 +452,27 @@ def strike_run(
         "SLICEWISE_STATE_DIR": str(state),
         "SLICEWISE_LAKEHOUSE": lakehouse,
     }
-    ago = timedelta(hours=3)
+    ago, hours = timedelta(hours=3), 1
     if scenario == "maintenance":
         env.update(maintained_backfill(state))
-        ago = timedelta(days=2)
+        ago, hours = timedelta(days=2), 2
     settings = load_settings({**os.environ, **env})
     start = (datetime.now(UTC) - ago).replace(minute=0, second=0, microsecond=0)
-    manifest = produce(settings, start, intervals=1, events=300, faults=FAULTS, seed=seed)
+    manifest = produce(
+        settings, start, intervals=hours, events=300 * hours, faults=FAULTS, seed=seed
+    )
     logs = state / "logs"
     logs.mkdir(parents=True)
+    if hours == 2:
+        # The hour before, unstruck, then maintenance: silver's date holds that hour's
+        # files when the struck slice MERGEs into it beside the next maintenance runs,
+        # and the files this run compacts away are past the retention by the gate's.
+        earlier = Slice(settings, chaos_broker, chaos_server, start, logs / "earlier")
+        earlier.logs.mkdir()
+        earlier.env.update(env)
+        for step in (*STEPS, "maintain"):
+            earlier.retry_until_done(step)
+        start += timedelta(hours=1)
     sl = Slice(settings, chaos_broker, chaos_server, start, logs)
     sl.env.update(env)
     row.struck += strike(scenario, sl, rng)
