@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: help bootstrap demo test test-unit chaos chaos-report bench lint fmt broker-start broker-stop spark-connect spark-connect-start spark-connect-stop status airflow-ui airflow-ui-stop stop spark-cluster lock clean
+.PHONY: help bootstrap demo test test-unit chaos chaos-report bench bench-longhaul lint fmt broker-start broker-stop spark-connect spark-connect-start spark-connect-stop status airflow-ui airflow-ui-stop stop spark-cluster lock clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -33,6 +33,9 @@ chaos-report: bootstrap ## the chaos table summed over every run recorded in cha
 
 bench: bootstrap ## the benchmark (W0-W3 side by side, about 30 min): table, raw numbers and plot in bench/results/
 	@$(VENV)/python bench/run.py $(BENCH_ARGS)
+
+bench-longhaul: bootstrap ## 2,000 slices locally and on s3proxy (history synthesised, 10 real slices at each end; hours, not in CI): bench/results/longhaul-*
+	@$(VENV)/python bench/longhaul.py $(LONGHAUL_ARGS)
 
 lint: bootstrap ## ruff lint (with Airflow AIR3 rules) and format check
 	@$(VENV)/ruff check .
