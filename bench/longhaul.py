@@ -7,7 +7,7 @@ Per store (a local folder; s3proxy, the tests' S3-compatible server, for tables 
 ledger), one pipeline of hourly slices on a real broker and a warm Spark Connect server:
 
 1. `--measured` (10) early slices go through the real steps (plan, ingest, gate,
-   publish, and `status`), each timed, its ledger calls counted.
+   publish, and `status --last 10`), each timed, its ledger calls counted.
 2. The history up to `--slices` is synthesised, for speed, through the same writers:
    each slice's boundaries and records in the ledger (`Ledger`), its rows appended to
    bronze, quarantine and `slice_ids` with its own idempotent-write ids
@@ -117,17 +117,18 @@ def real_slice(spark, settings: Settings, producer: TxProducer, at: datetime, n:
         "ingest": lambda: run_ingest(spark, settings, planned[0].slice_id),
         "gate": lambda: run_gate(spark, settings, planned[0].slice_id),
         "publish": lambda: run_publish(spark, settings, planned[0].slice_id),
-        "status": lambda: status(settings),
+        "status": lambda: status(settings, last=10),
     }
     for step, action in steps.items():
         row[step], row[f"{step}_ledger_calls"] = timed(action)
     return row
 
 
-def status(settings: Settings) -> None:
-    """What `slicewise status` does, without printing."""
+def status(settings: Settings, last: int) -> None:
+    """What `slicewise status --last N` does, without printing: the same N slices shown
+    early and late (the default 24 would show fewer at first)."""
     ledger = Ledger(settings.ledger_dir, settings.topic)
-    rows = status_rows(ledger, shown_slices(ledger, 24, None, None))
+    rows = status_rows(ledger, shown_slices(ledger, last, None, None))
     status_freshness(settings, ledger, rows)
 
 
