@@ -246,7 +246,6 @@ def run_store(store: str, args: argparse.Namespace, work: Path, broker, server) 
             samples.append({"slice": i + 1, "maintenance": upkeep, **table_sizes(spark, settings)})
             print(f"[{datetime.now():%H:%M:%S}] {store} slice {i + 1}: {samples[-1]}", flush=True)
     spark.stop()
-    producer.close() if hasattr(producer, "close") else None
     early = [r for r in rows if r["slice"] <= args.measured]
     late = [r for r in rows if r["slice"] > args.slices - args.measured]
     ratios = {
