@@ -2,12 +2,16 @@
 
 One run (the pipeline's maintenance DAG, daily by default; `slicewise maintain`):
 
-1. Compaction (OPTIMIZE) of bronze, quarantine, `slice_ids` and gold, and of silver's
-   settled event dates: those older than the dedup horizon plus a day, which the
-   MERGE of a slice of today's events no longer reaches. Delta rewrites only the small
-   files (and those with many deleted rows), so a compacted date is left alone.
+1. Compaction (OPTIMIZE) of bronze, quarantine, `slice_ids` and gold, and of every
+   silver event date before today's (UTC). Each MERGE reads the dates of its slice
+   widened by the dedup horizon, so those dates must stay few files (on an object
+   store each file is a request); only today's date, which every slice writes, is
+   left to the next run. Delta rewrites only the small files (and those with many
+   deleted rows), so a compacted date is left alone.
 2. Purge of silver's deletion vectors in the settled dates (REORG TABLE ... APPLY
-   (PURGE)): a MERGE that replaced a row marked it deleted instead of rewriting its file.
+   (PURGE)), those older than the dedup horizon plus a day, which the MERGE of a slice
+   of today's events no longer reaches: a MERGE that replaced a row marked it deleted
+   instead of rewriting its file.
 3. Bronze retention, when the definition asks for it: the rows of published slices
    that ended longer ago than `maintenance.bronze_retain`. A slice that is not
    published keeps its rows whatever its age, and the ledger notes each slice dropped.
@@ -19,7 +23,9 @@ One run (the pipeline's maintenance DAG, daily by default; `slicewise maintain`)
 Live slices write beside it. Each command commits once per table; when a slice's
 commit wins the race Delta fails the loser, which runs again (`retry_on_conflict`) and
 finds the winner's commit: the slice's own writes are idempotent, and compaction,
-purge and deletion only re-plan on the new snapshot. Nothing is lost or doubled.
+purge and deletion only re-plan on the new snapshot. Nothing is lost or doubled. (A
+slice MERGEing yesterday's dates while they are compacted is such a race, about once
+a run.)
 """
 
 from __future__ import annotations
@@ -67,7 +73,8 @@ class TableUpkeep:
 @dataclass(frozen=True)
 class MaintenanceResult:
     pipeline: str
-    settled_before: str  # silver's event dates before this one were compacted and purged
+    compacted_before: str  # silver's event dates before this one were compacted
+    settled_before: str  # ... and those before this one purged of deletion vectors
     tables: list[TableUpkeep]
     kept_unpublished: list[str]  # slices older than bronze_retain that are not published
 
@@ -109,7 +116,7 @@ def run_maintenance(
     policy = pipeline.maintenance
     check_retention(policy, settings.step_timeout, pipeline.name)
     now = now or datetime.now(UTC)
-    settled = settled_before(now, pipeline.horizon_days)
+    today, settled = now.date(), settled_before(now, pipeline.horizon_days)
     # VACUUM records what it deleted (files, bytes) in the table's history: on by default
     # on cloud stores, asked for here so that a local lakehouse reports the same.
     spark.conf.set("spark.databricks.delta.vacuum.logging.enabled", "true")
@@ -128,9 +135,10 @@ def run_maintenance(
         detail = describe(spark, path)
         done = TableUpkeep(name, files_before=int(detail["numFiles"]))
         if name == "silver":
-            where = f"event_date < DATE'{settled.isoformat()}'"
-            done.files_compacted = compact(spark, path, name, where)
-            done.deletion_vectors_purged = purge_deletion_vectors(spark, path, where)
+            done.files_compacted = compact(spark, path, name, _dates_before(today))
+            done.deletion_vectors_purged = purge_deletion_vectors(
+                spark, path, _dates_before(settled)
+            )
         else:
             done.files_compacted = compact(spark, path, name)
         if name == "bronze" and policy.bronze_retain is not None:
@@ -142,7 +150,11 @@ def run_maintenance(
         done.files_after = int(describe(spark, path)["numFiles"])
         log.info("maintained %s: %s", name, asdict(done))
         upkeep.append(done)
-    return MaintenanceResult(pipeline.name, settled.isoformat(), upkeep, kept)
+    return MaintenanceResult(pipeline.name, today.isoformat(), settled.isoformat(), upkeep, kept)
+
+
+def _dates_before(day: date) -> str:
+    return f"event_date < DATE'{day.isoformat()}'"
 
 
 def describe(spark: SparkSession, path: str) -> Row:

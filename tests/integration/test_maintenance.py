@@ -24,7 +24,8 @@ pytestmark = pytest.mark.integration
 
 # Four days back: every date is settled for a horizon of one day, and Kafka (7 days of
 # time-based retention) still holds the records.
-T0 = (datetime.now(UTC) - timedelta(days=4)).replace(hour=0, minute=0, second=0, microsecond=0)
+NOW = datetime.now(UTC)
+T0 = (NOW - timedelta(days=4)).replace(hour=0, minute=0, second=0, microsecond=0)
 HOUR = timedelta(hours=1)
 LATER = datetime.now(UTC) + timedelta(days=365)
 RETAIN = 20  # seconds: VACUUM's retention and the step timeout of this test
@@ -51,6 +52,15 @@ def events_at(hour: int, n: int) -> list[Record]:
             T0 + hour * HOUR + i * timedelta(seconds=20),
         )
         for i in range(n)
+    ]
+
+
+def dated_yesterday_and_today(hour: int) -> list[Record]:
+    """Two events in the slice of `hour` whose event times are yesterday and today: the
+    dates inside the horizon that live slices still write."""
+    return [
+        Record(event_value(f"h{hour}-{name}", at), 0, T0 + hour * HOUR + timedelta(minutes=30))
+        for name, at in (("yesterday", NOW - timedelta(days=1)), ("today", NOW))
     ]
 
 
@@ -84,15 +94,22 @@ def test_maintenance_compacts_purges_retains_and_vacuums(spark, pipeline_factory
         SLICEWISE_PIPELINES_FILE=str(definitions(tmp_path)), SLICEWISE_STEP_TIMEOUT=f"{RETAIN}s"
     )
     day = T0.date().isoformat()
-    producer.send([r for h in range(3) for r in events_at(h, 30)])
+    yesterday, today = (NOW - timedelta(days=1)).date().isoformat(), NOW.date().isoformat()
+    producer.send([r for h in range(3) for r in events_at(h, 30) + dated_yesterday_and_today(h)])
     published = [through_gate(spark, settings, h) for h in range(2)]
     unpublished = through_gate(spark, settings, 2, publish=False)
-    assert files_per_date(spark, settings)[day] >= 3  # each MERGE added a file to the date
+    # Each MERGE added a file to each date it wrote.
+    assert files_per_date(spark, settings) == {day: 3, yesterday: 3, today: 3}
 
-    first = run_maintenance(spark, settings)
+    first = run_maintenance(spark, settings, now=NOW)
     by_table = {t.table: t for t in first.tables}
     assert set(by_table) == {"bronze", "silver", "quarantine", "slice_ids", "gold_events_per_hour"}
-    assert files_per_date(spark, settings) == {day: 1}
+    # Every date but today's is compacted, yesterday's inside the horizon too.
+    assert files_per_date(spark, settings) == {day: 1, yesterday: 1, today: 3}
+    assert (first.compacted_before, first.settled_before) == (
+        today,
+        (NOW - timedelta(days=2)).date().isoformat(),
+    )
     assert by_table["silver"].files_compacted >= 3 and by_table["bronze"].files_compacted > 1
     # Bronze retention: the published slices' rows went, the unpublished one's stayed.
     assert by_table["bronze"].slices_dropped == published
@@ -102,7 +119,7 @@ def test_maintenance_compacts_purges_retains_and_vacuums(spark, pipeline_factory
     with pytest.raises(BronzeDropped, match="bronze_retain"):
         run_ingest(spark, settings, published[0])
     silver = spark.read.format("delta").load(settings.table("silver"))
-    assert silver.count() == 90 and silver.select("event_id").distinct().count() == 90
+    assert silver.count() == 96 and silver.select("event_id").distinct().count() == 96
 
     # A later copy of h0-0, dated the next day: the MERGE marks the stored row deleted
     # in the one compacted file of the first day (a deletion vector), and adds no file
@@ -116,7 +133,7 @@ def test_maintenance_compacts_purges_retains_and_vacuums(spark, pipeline_factory
     import time
 
     time.sleep(RETAIN + 1)  # the files the first run rewrote are now past the retention
-    second = run_maintenance(spark, settings)
+    second = run_maintenance(spark, settings, now=NOW)
     silver_upkeep = next(t for t in second.tables if t.table == "silver")
     assert silver_upkeep.deletion_vectors_purged == 1
     assert silver_upkeep.files_vacuumed >= by_table["silver"].files_compacted
@@ -127,7 +144,7 @@ def test_maintenance_compacts_purges_retains_and_vacuums(spark, pipeline_factory
     assert sum(on_disk_before[p] for p in gone) == silver_upkeep.bytes_vacuumed
     silver = spark.read.format("delta").load(settings.table("silver"))
     rows = {r.event_id: r for r in silver.collect()}
-    assert len(rows) == 90 and rows["h0-0"].occurred_at.replace(tzinfo=UTC) == later
+    assert len(rows) == 96 and rows["h0-0"].occurred_at.replace(tzinfo=UTC) == later
     details = spark.sql(f"DESCRIBE DETAIL delta.`{settings.table('silver')}`").first()
     assert details["properties"]["delta.deletedFileRetentionDuration"] == (
         f"interval {RETAIN} seconds"
