@@ -173,7 +173,7 @@ def airflow_run(settings: Settings, start: datetime, work: Path) -> dict:
             **airflow_env(settings),
             "SLICEWISE_GRACE_SECONDS": "0",
             "SLICEWISE_SPARK_REMOTE": server.url,
-            "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": connect_connection(server.url),
+            "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": connect_connection(server.url, server.token),
         }
         dag_id = settings.pipeline.dag_id
         with AirflowServices(env, work / "airflow-logs", dag_ids=(dag_id,)) as services:

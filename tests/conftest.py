@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import tempfile
 import time
 import uuid
@@ -32,6 +33,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
 from slicewise.config import load_settings
+from slicewise.connect_auth import TOKEN_ENV
 from slicewise.connect_server import SparkConnectServer, connect_connection
 from slicewise.spark import remote_session
 from slicewise_dev.broker import free_ports, running_broker
@@ -128,27 +130,38 @@ def local_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
 
 
 @pytest.fixture(scope="session")
-def spark_remote(tmp_path_factory: pytest.TempPathFactory, local_s3: LocalS3) -> Iterator[str]:
-    """sc:// URL of the one Spark Connect server the whole run shares: ours, on a free
-    port (Delta + Kafka connector, UI off, 2 shuffle partitions), or an external one
-    named by SLICEWISE_SPARK_REMOTE. Set in the environment, so steps run through the
-    CLI, Airflow tasks and the chaos suite's subprocesses are its clients too. It starts
-    after the tests' S3 server, with its endpoint and credentials, so s3a:// tables work."""
-    external = os.environ.get("SLICEWISE_SPARK_REMOTE", "").strip()
-    if external:
-        yield external
+def connect_server(
+    tmp_path_factory: pytest.TempPathFactory, local_s3: LocalS3
+) -> Iterator[SparkConnectServer | None]:
+    """The one Spark Connect server the whole run shares: ours, on a free port (Delta +
+    Kafka connector, UI off, 2 shuffle partitions), or None for an external one named by
+    SLICEWISE_SPARK_REMOTE (with its token in SLICEWISE_SPARK_TOKEN). Its URL, token and
+    Airflow connection are set in the environment, so steps run through the CLI, Airflow
+    tasks and the chaos suite's subprocesses are its clients too. It starts after the
+    tests' S3 server, with its endpoint and credentials, so s3a:// tables work."""
+    if os.environ.get("SLICEWISE_SPARK_REMOTE", "").strip():
+        yield None
         return
     (port,) = free_ports(1)
+    # The run's own token, in the environment: every client of the run (steps, the CLI,
+    # Airflow tasks, the chaos suite's subprocesses) sends it, whatever its state folder.
+    os.environ[TOKEN_ENV] = secrets.token_urlsafe(32)
     server = SparkConnectServer(tmp_path_factory.mktemp("spark-connect"), port, "local[2]")
     server.start()
     os.environ["SLICEWISE_SPARK_REMOTE"] = server.url
-    os.environ["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = connect_connection(server.url)
+    os.environ["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = connect_connection(server.url, server.token)
     try:
-        yield server.url
+        yield server
     finally:
-        os.environ.pop("SLICEWISE_SPARK_REMOTE", None)
-        os.environ.pop("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", None)
+        for name in ("SLICEWISE_SPARK_REMOTE", "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", TOKEN_ENV):
+            os.environ.pop(name, None)
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_remote(connect_server: SparkConnectServer | None) -> str:
+    """sc:// URL of the run's Spark Connect server (the `connect_server` fixture)."""
+    return connect_server.url if connect_server else os.environ["SLICEWISE_SPARK_REMOTE"]
 
 
 @pytest.fixture(scope="session")

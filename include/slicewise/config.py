@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+from slicewise.connect_auth import configured_token
 from slicewise.errors import ConfigError
 from slicewise.kafka.security import KAFKA_PROP_PREFIX, KAFKA_SPARK_PROP_PREFIX, java_props
 from slicewise.pipelines import (
@@ -45,6 +46,8 @@ class Settings:
     ledger_location: str | None = None
     # sc://host:port of a Spark Connect server the steps are clients of; None: in-process Spark.
     spark_remote: str | None = None
+    # The token its clients send (connect_auth); never in a repr, so never in a log.
+    spark_token: str | None = field(default=None, repr=False)
     # How long an open transaction may hold a partition's LSO before planning fails; 0: never.
     max_open_transaction_seconds: int = 900
     # Most records one Spark task reads of a slice (the Kafka source's
@@ -165,6 +168,10 @@ def step_timeout(env: Mapping[str, str] | None = None) -> timedelta:
     return span
 
 
+def state_folder(env: Mapping[str, str]) -> Path:
+    return Path(env.get("SLICEWISE_STATE_DIR") or REPO_ROOT / ".state").expanduser()
+
+
 def load_settings(env: Mapping[str, str] | None = None, pipeline: str | None = None) -> Settings:
     """Read settings from the environment (or the given mapping) and validate them, for
     the named pipeline (else SLICEWISE_PIPELINE, else the definition file's first)."""
@@ -172,7 +179,7 @@ def load_settings(env: Mapping[str, str] | None = None, pipeline: str | None = N
     definition = pipeline_named(
         pipeline or env.get("SLICEWISE_PIPELINE", "").strip() or None, definitions_file(env)
     )
-    state_dir = Path(env.get("SLICEWISE_STATE_DIR") or REPO_ROOT / ".state").expanduser()
+    state_dir = state_folder(env)
     cache_dir = Path(
         env.get("SLICEWISE_CACHE_DIR") or Path.home() / ".cache" / "slicewise"
     ).expanduser()
@@ -218,6 +225,7 @@ def load_settings(env: Mapping[str, str] | None = None, pipeline: str | None = N
         kafka_spark_props=kafka_props_from_env(env, KAFKA_SPARK_PROP_PREFIX),
         ledger_location=env.get("SLICEWISE_LEDGER_DIR", "").strip() or None,
         spark_remote=_spark_remote(env),
+        spark_token=configured_token(env, state_dir),
         max_open_transaction_seconds=_int(env, "SLICEWISE_MAX_OPEN_TRANSACTION_SECONDS", 900),
         records_per_task=_int(env, "SLICEWISE_RECORDS_PER_TASK", 50_000),
         step_timeout=step_timeout(env),

@@ -12,7 +12,8 @@ options, which plain Spark Connect carries.
     python -m slicewise.connect_server stop
 
 The DAG, the CLI and the tests find it through `SLICEWISE_SPARK_REMOTE`
-(`sc://127.0.0.1:15002`) or, in Airflow, the `spark_connect_default` connection.
+(`sc://127.0.0.1:15002`) or, in Airflow, the `spark_connect_default` connection. It
+serves only clients that send its token (connect_auth).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from slicewise.config import Settings, load_settings
+from slicewise.config import Settings, load_settings, state_folder
+from slicewise.connect_auth import server_token, uses_tls
 from slicewise.spark import classic_env, local_conf, object_store_secrets, spark_conf
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
@@ -66,7 +68,7 @@ def server_command(
     secrets: Path | None = None,
 ) -> list[str]:
     """`secrets`: a properties file (mode 0600) with settings that must not show on a
-    command line, where every local user can read them."""
+    command line, where every local user can read them (the client token, keys)."""
     args = [str(SPARK_SUBMIT), "--master", master, "--driver-memory", driver_memory]
     if secrets is not None:
         args += ["--properties-file", str(secrets)]
@@ -75,15 +77,19 @@ def server_command(
     return [*args, "--class", SERVER_CLASS, "--name", "slicewise-connect", "spark-internal"]
 
 
-def connect_connection(url: str) -> str:
-    """The Airflow `spark_connect` connection (as AIRFLOW_CONN_* JSON) for a server URL."""
+def connect_connection(url: str, token: str | None) -> str:
+    """The Airflow `spark_connect` connection (as AIRFLOW_CONN_* JSON) for a server URL:
+    the token is its password, which the provider's hook sends as `;token=`."""
     import json
     from urllib.parse import urlparse
 
-    address = urlparse(url.replace("sc://", "http://", 1))
-    return json.dumps(
-        {"conn_type": "spark_connect", "host": address.hostname, "port": address.port}
-    )
+    address = urlparse(url.replace("sc://", "http://", 1).split(";")[0])
+    connection = {"conn_type": "spark_connect", "host": address.hostname, "port": address.port}
+    if token:
+        connection["password"] = token
+    if uses_tls(url):
+        connection["extra"] = {"use_ssl": True}
+    return json.dumps(connection)
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
@@ -101,11 +107,15 @@ class SparkConnectServer:
         port: int = DEFAULT_PORT,
         master: str = "local[*]",
         bind: str = "127.0.0.1",
+        token: str | None = None,
     ) -> None:
         self.home = Path(home)
         self.port = port
         self.master = master
-        self.bind = bind  # 0.0.0.0 in a container; Spark Connect has no authentication of its own
+        self.bind = bind  # 0.0.0.0 in a container: the token still guards it (connect_auth)
+        # Every request must carry it; by default the deployment's (SLICEWISE_SPARK_TOKEN)
+        # or the state folder's, generated on first use, so its clients find it.
+        self.token = token or server_token(os.environ, state_folder(os.environ))
         self._proc: subprocess.Popen | None = None
 
     @property
@@ -120,11 +130,10 @@ class SparkConnectServer:
     def pid_path(self) -> Path:
         return self.home / "server.pid"
 
-    def _write_secrets(self) -> Path | None:
-        """The object store's credentials for the executors, readable by this user only."""
-        secrets = object_store_secrets()
-        if not secrets:
-            return None
+    def _write_secrets(self) -> Path:
+        """The client token and the object store's credentials for the executors, in a
+        properties file readable by this user only (never on the command line)."""
+        secrets = {"spark.connect.authenticate.token": self.token, **object_store_secrets()}
         path = self.home / "secrets.properties"
         path.unlink(missing_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -265,7 +274,11 @@ def _wheel_home() -> Path:
 def embedded(settings: Settings | None = None) -> SparkConnectServer:
     """The server of the demo and `make spark-connect`: state under <state>/spark-connect."""
     settings = settings or load_settings()
-    return SparkConnectServer(settings.state_dir / "spark-connect", DEFAULT_PORT)
+    return SparkConnectServer(
+        settings.state_dir / "spark-connect",
+        DEFAULT_PORT,
+        token=server_token(os.environ, settings.state_dir),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

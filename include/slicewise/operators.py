@@ -137,13 +137,13 @@ class SliceSparkConnectOperator(PySparkOperator):
         retry for minutes."""
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
-        from slicewise.spark import SparkUnavailable, remote_session
+        from slicewise.spark import SparkUnauthorized, SparkUnavailable, remote_session
 
         url = SparkConnectHook(self.conn_id).get_connection_url()
         try:
             self._session = remote_session(url, f"{self.dag_id}-{self.task_id}", fresh=True)
-        except SparkUnavailable as exc:
-            raise SparkUnavailable(f"connection {self.conn_id!r}: {exc}") from None
+        except (SparkUnavailable, SparkUnauthorized) as exc:
+            raise type(exc)(f"connection {self.conn_id!r}: {exc}") from None
         try:
             self.op_kwargs = {**self.op_kwargs, "spark": self._session}
             # PythonOperator's call, past PySparkOperator's own session handling.

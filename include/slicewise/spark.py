@@ -7,8 +7,10 @@ coordinates themselves are pinned in `scripts/spark/pom.xml`.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -18,7 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from slicewise.config import REPO_ROOT, ConfigError, Settings, load_settings
+from slicewise.config import REPO_ROOT, ConfigError, Settings, load_settings, state_folder
+from slicewise.connect_auth import TOKEN_ENV, authorized_url, configured_token, redacted
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -155,18 +158,32 @@ class SparkUnavailable(ConfigError):
     """The configured Spark Connect server does not answer; nothing was written."""
 
 
+class SparkUnauthorized(ConfigError):
+    """The Spark Connect server refused the client's token; nothing was written."""
+
+
 def remote_session(
-    url: str, app_name: str = "slicewise", wait: float = 5.0, fresh: bool = False
+    url: str,
+    app_name: str = "slicewise",
+    wait: float = 5.0,
+    fresh: bool = False,
+    token: str | None = None,
 ) -> SparkSession:
-    """A client session of the Spark Connect server at `url`, or a fast, clear failure.
+    """A client session of the Spark Connect server at `url`, sending its token (the
+    URL's own, else `token`, else the deployment's: connect_auth), or a fast, clear
+    failure.
 
     The Connect client retries an unreachable server for minutes before it gives up;
-    a task should instead fail at once, naming the server and the safe action.
+    a task should instead fail at once, naming the server and the safe action. A
+    refused token fails as fast, naming the settings that hold it.
     """
     from urllib.parse import urlparse
 
     from pyspark.sql import SparkSession
 
+    if token is None:
+        token = configured_token(os.environ, state_folder(os.environ))
+    shown = redacted(url)
     address = urlparse(url.replace("sc://", "http://", 1).split(";")[0])
     host, port = address.hostname or "localhost", address.port or 15002
     deadline = time.monotonic() + wait
@@ -177,15 +194,40 @@ def remote_session(
         except OSError as exc:
             if time.monotonic() > deadline:
                 raise SparkUnavailable(
-                    f"the Spark Connect server {url} is not reachable ({exc}). Nothing was "
+                    f"the Spark Connect server {shown} is not reachable ({exc}). Nothing was "
                     "written. Start it (`make spark-connect`) or fix SLICEWISE_SPARK_REMOTE / "
                     "the spark_connect_default connection, then re-run the step or clear the "
                     "task (docs/RUNBOOK.md#spark-connect-server-down)."
                 ) from None
             time.sleep(0.5)
-    builder = SparkSession.builder.remote(url).appName(app_name)
+    builder = SparkSession.builder.remote(authorized_url(url, token))
     # fresh: a session of its own, which its owner may stop without ending anyone else's.
-    return builder.create() if fresh else builder.getOrCreate()
+    spark = builder.create() if fresh else builder.getOrCreate()
+    try:  # the first request: the server checks the token here
+        spark.conf.set("spark.app.name", app_name)
+    except Exception as exc:
+        refusal = re.search(r"(\w[\w ]* authentication token[\w ]*)", str(exc))
+        if refusal is None:
+            raise
+        close_refused(spark)
+        raise SparkUnauthorized(
+            f"the Spark Connect server {shown} refused this client: {refusal.group(1)}. "
+            "Nothing was written. Give the token the server started with: the "
+            "spark_connect_default connection's password (Airflow), or "
+            f"{TOKEN_ENV} (CLI), or the state folder's spark-connect/token file (our own "
+            "server's), then re-run the step or clear the task "
+            "(docs/RUNBOOK.md#spark-connect-refuses-the-token)."
+        ) from None
+    return spark
+
+
+def close_refused(spark: SparkSession) -> None:
+    """Close a client the server refused without a word to the server: pyspark's own
+    goodbyes (release the session; at exit, clear its ML cache) would be refused too,
+    and it retries them for minutes, holding the process open."""
+    atexit.unregister(spark.client._cleanup_ml_cache)
+    spark.release_session_on_close = False
+    spark.stop()
 
 
 # Once a process opens a Spark Connect session, pyspark marks the whole process (and
@@ -221,7 +263,7 @@ def get_spark(
 
     settings = settings or load_settings()
     if settings.spark_remote and master is None:
-        return remote_session(settings.spark_remote, app_name)
+        return remote_session(settings.spark_remote, app_name, token=settings.spark_token)
     active = SparkSession.getActiveSession()
     if active is not None:
         return active

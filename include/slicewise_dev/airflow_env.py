@@ -36,7 +36,9 @@ def airflow_env(settings: Settings, spark_master: str = "local[*]") -> dict[str,
     from slicewise.connect_server import connect_connection, embedded
 
     home = settings.state_dir / "airflow"
-    remote = settings.spark_remote or embedded(settings).url
+    server = None if settings.spark_remote else embedded(settings)
+    remote = settings.spark_remote or server.url
+    token = settings.spark_token or (server.token if server else None)
     env = {
         **os.environ,
         "AIRFLOW_HOME": str(home),
@@ -67,7 +69,7 @@ def airflow_env(settings: Settings, spark_master: str = "local[*]") -> dict[str,
     env.setdefault(
         "AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": spark_master})
     )
-    env.setdefault("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", connect_connection(remote))
+    env.setdefault("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", connect_connection(remote, token))
     return env
 
 

@@ -4,12 +4,14 @@ server (the default mode), and once as spark-submit applications."""
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from pyspark.sql import functions as F
 
+from slicewise.connect_auth import TOKEN_ENV
 from slicewise.ledger import Ledger
 from slicewise_dev.airflow_env import airflow_env
 from slicewise_dev.producer import Record, event_value
@@ -211,15 +213,16 @@ def test_the_spark_submit_mode_runs_the_dag_end_to_end(spark, pipeline, airflow_
     assert len(asset_events(settings, sl.slice_id)) == 1
 
 
-def test_a_server_that_is_down_fails_the_step_fast_and_its_retry_succeeds_once_it_is_back(
+def test_a_server_down_or_a_wrong_token_fails_the_step_fast_and_its_retry_then_succeeds(
     spark_remote, pipeline, airflow_db, monkeypatch
 ):
-    """The connect mode's failure when its server is down: within seconds, naming the
-    connection and the safe action; the same task succeeds once the server answers."""
+    """The connect mode's failures when its server is down or refuses the connection's
+    token: within seconds, naming the connection and the safe action, never the token;
+    the same task succeeds once the server answers and the token is right."""
     from slicewise.connect_server import connect_connection
     from slicewise.operators import SliceSparkConnectOperator
     from slicewise.planner import plan_slice
-    from slicewise.spark import SparkUnavailable
+    from slicewise.spark import SparkUnauthorized, SparkUnavailable
     from slicewise_dev.broker import free_ports
 
     settings, producer, _ = load_dag(pipeline, monkeypatch, "connect")
@@ -234,7 +237,8 @@ def test_a_server_that_is_down_fails_the_step_fast_and_its_retry_succeeds_once_i
     )
     (closed,) = free_ports(1)
     monkeypatch.setenv(
-        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", connect_connection(f"sc://127.0.0.1:{closed}")
+        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT",
+        connect_connection(f"sc://127.0.0.1:{closed}", os.environ[TOKEN_ENV]),
     )
     began = time.monotonic()
     with pytest.raises(SparkUnavailable) as down:
@@ -245,6 +249,21 @@ def test_a_server_that_is_down_fails_the_step_fast_and_its_retry_succeeds_once_i
     assert "Nothing was written" in message and "RUNBOOK.md#spark-connect-server-down" in message
     assert Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "bronze") is None
 
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", connect_connection(spark_remote))
+    # A wrong token: refused as fast, naming the connection and where the token goes.
+    wrong = "not-the-token"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", connect_connection(spark_remote, wrong)
+    )
+    with pytest.raises(SparkUnauthorized) as refused:
+        bronze.execute({"params": {}})
+    message = str(refused.value)
+    assert "'spark_connect_default'" in message and "Invalid authentication token" in message
+    assert "password" in message and wrong not in message and os.environ[TOKEN_ENV] not in message
+    assert Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "bronze") is None
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT",
+        connect_connection(spark_remote, os.environ[TOKEN_ENV]),
+    )
     result = bronze.execute({"params": {}})  # the least context a task has
     assert (result.rows, result.committed) == (22, True)

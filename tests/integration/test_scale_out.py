@@ -50,7 +50,9 @@ def deployment(on_s3, cluster_server, postgres_url, tmp_path) -> Iterator[Airflo
     env = {
         # Nothing but configuration differs from the embedded default.
         **airflow_env(settings),
-        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": connect_connection(cluster_server.url),
+        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": connect_connection(
+            cluster_server.url, cluster_server.token
+        ),
         "SLICEWISE_SPARK_REMOTE": cluster_server.url,
         "AIRFLOW_HOME": str(tmp_path / "airflow"),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres_url,

@@ -18,6 +18,11 @@ def _refuse(what: str) -> None:
 
 
 @pytest.fixture(scope="session")
+def connect_server() -> None:
+    _refuse("the Spark Connect server")
+
+
+@pytest.fixture(scope="session")
 def spark_remote() -> None:
     _refuse("the Spark Connect server")
 
