@@ -56,6 +56,8 @@ def airflow_env(settings: Settings, spark_master: str = "local[*]") -> dict[str,
         # heartbeat per running task per second.
         "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        # A laptop's UI and execution API, not the network's (the default binds 0.0.0.0).
+        "AIRFLOW__API__HOST": "127.0.0.1",
         # spark-submit (from the pyspark wheel) must be on the task's PATH.
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "SLICEWISE_STATE_DIR": str(settings.state_dir),
@@ -73,8 +75,16 @@ def airflow_env(settings: Settings, spark_master: str = "local[*]") -> dict[str,
     return env
 
 
+PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
+
+
 def migrate(env: dict[str, str]) -> None:
-    Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    home = Path(env["AIRFLOW_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    # The admin password Airflow generates lands in this file, which it opens for
+    # appending: created here first, it keeps its owner-only mode.
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(home / PASSWORDS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     subprocess.run(
         [str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL
     )
@@ -154,7 +164,7 @@ def main(argv: list[str]) -> int:
     migrate(env)
     print(
         f"AIRFLOW_HOME={env['AIRFLOW_HOME']}; the admin password is printed below and kept in "
-        f"{env['AIRFLOW_HOME']}/simple_auth_manager_passwords.json.generated; Ctrl-C stops it all",
+        f"{env['AIRFLOW_HOME']}/{PASSWORDS_FILE}; Ctrl-C stops it all",
         flush=True,
     )
     return standalone(env)

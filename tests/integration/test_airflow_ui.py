@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ import urllib.request
 import psutil
 import pytest
 
+from slicewise_dev.airflow_env import PASSWORDS_FILE
 from slicewise_dev.broker import free_ports
 
 pytestmark = pytest.mark.integration
@@ -45,6 +47,17 @@ def test_stop_ends_airflow_standalone_and_every_process_it_started(tmp_path):
         tree = psutil.Process(ui.pid).children(recursive=True)
         commands = " ".join(" ".join(p.cmdline()) for p in tree)
         assert len(tree) >= 4 and "scheduler" in commands, commands
+        # Only this machine reaches the UI, and only its owner reads the admin password.
+        listening = {
+            c.laddr.ip
+            for p in tree
+            for c in p.net_connections("inet")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+        }
+        assert listening == {"127.0.0.1"}, listening
+        passwords = tmp_path / "airflow" / PASSWORDS_FILE
+        assert "admin" in passwords.read_text()
+        assert stat.S_IMODE(passwords.stat().st_mode) == 0o600
 
         stopped = subprocess.run(ui_command("stop"), env=env, capture_output=True, text=True)
         assert stopped.returncode == 0 and "Airflow stopped" in stopped.stdout, stopped

@@ -174,6 +174,12 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(
     assert scheduled_slice.end - scheduled_slice.start == every["orders"]
     # At most once per DAG (the failure this guards against logged it once a second).
     assert log.count("run already exists") <= len(dag_ids), log[-3000:]
+    # Every Spark task sent the server's token, and no log of the run shows it: the
+    # tasks' own logs and the services'.
+    token = base.spark_token
+    logs = [p for d in (home / "logs", tmp_path / "logs") for p in d.rglob("*") if p.is_file()]
+    assert any("task_id=ingest" in str(p) for p in logs), logs
+    assert [p for p in logs if token in p.read_text(errors="replace")] == []
 
     # Each pipeline in a folder of its own, with its own ledger of two frozen slices.
     assert len({s.table("silver") for s in settings.values()}) == 2

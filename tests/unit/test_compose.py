@@ -132,6 +132,11 @@ def test_airflow_components_reach_each_other_and_the_spark_master():
     connect = json.loads(env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"])
     assert connect["conn_type"] == "spark_connect" and connect["host"] == server["hostname"]
     assert connect["port"] == DEFAULT_PORT
+    # The server and its clients hold the same token, which the file never sets itself.
+    token = server["environment"]["SLICEWISE_SPARK_TOKEN"]
+    assert connect["password"] == "${SLICEWISE_SPARK_TOKEN}" and token.startswith(
+        "${SLICEWISE_SPARK_TOKEN:?"
+    )
     assert env["SLICEWISE_SPARK_REMOTE"] == f"sc://{server['hostname']}:{DEFAULT_PORT}"
     command = server["command"]
     assert command[:4] == ["python", "-m", "slicewise.connect_server", "run"]
