@@ -40,6 +40,7 @@ from chaos_log import SCENARIOS, Row, append, render
 from pyspark.sql import functions as F
 
 from slicewise.config import REPO_ROOT, Settings, load_settings
+from slicewise.connect_auth import TOKEN_ENV
 from slicewise.connect_server import SparkConnectServer
 from slicewise.faults import POINTS
 from slicewise.ledger import Ledger
@@ -448,6 +449,7 @@ def strike_run(
     env = {
         "SLICEWISE_KAFKA_BOOTSTRAP": chaos_broker.bootstrap,
         "SLICEWISE_SPARK_REMOTE": chaos_server.url,
+        TOKEN_ENV: chaos_server.token,  # authentication on, as in production
         "SLICEWISE_TOPIC": f"chaos-{uuid.uuid4().hex[:8]}",
         "SLICEWISE_STATE_DIR": str(state),
         "SLICEWISE_LAKEHOUSE": lakehouse,

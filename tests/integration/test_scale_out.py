@@ -18,6 +18,7 @@ import pytest
 from pyspark.sql import functions as F
 from test_airflow_e2e import produce_hour  # same folder, on sys.path under pytest
 
+from slicewise.connect_auth import TOKEN_ENV
 from slicewise.connect_server import SparkConnectServer, connect_connection
 from slicewise.ledger import Ledger
 from slicewise.spark import classic_env
@@ -54,6 +55,7 @@ def deployment(on_s3, cluster_server, postgres_url, tmp_path) -> Iterator[Airflo
             cluster_server.url, cluster_server.token
         ),
         "SLICEWISE_SPARK_REMOTE": cluster_server.url,
+        TOKEN_ENV: cluster_server.token,
         "AIRFLOW_HOME": str(tmp_path / "airflow"),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres_url,
         "SLICEWISE_GRACE_SECONDS": "0",

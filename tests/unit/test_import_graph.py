@@ -20,7 +20,7 @@ DEV_STACK = INCLUDE / "slicewise_dev"
 # Bottom to top. A new module must be placed here: the test names it until it is.
 LAYERS: list[set[str]] = [
     {"slicewise", "errors"},  # the bases of the errors a person acts on
-    {"slices", "holds", "tables", "gate_engine", "kafka"},
+    {"slices", "holds", "tables", "gate_engine", "kafka", "connect_auth"},
     {"freshness"},
     {"kafka.security", "pipelines"},
     {"config"},
