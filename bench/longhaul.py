@@ -32,7 +32,6 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -52,6 +51,7 @@ from slicewise.slices import Boundary, slice_between
 from slicewise.spark import remote_session
 from slicewise.tables import BRONZE, QUARANTINE, append_once, delta_ref, side_by_side
 from slicewise_dev.broker import free_ports, running_broker
+from slicewise_dev.counting_store import CountingStore
 from slicewise_dev.producer import Record, TxProducer, event_value
 from slicewise_dev.s3 import LocalS3
 
@@ -59,24 +59,6 @@ RESULTS = REPO_ROOT / "bench" / "results"
 HOUR = timedelta(hours=1)
 TARGET = 1.2
 STEPS = ("plan", "ingest", "gate", "publish", "status")
-
-
-class CountingStore:
-    """The ledger's real store, with each call it serves counted."""
-
-    def __init__(self, store: Any) -> None:
-        self.store, self.calls = store, Counter()
-
-    def __getattr__(self, name: str) -> Any:
-        served = getattr(self.store, name)
-        if name not in ("read", "keys", "create", "replace"):
-            return served
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] += 1
-            return served(*args, **kwargs)
-
-        return counted
 
 
 STORES: list[CountingStore] = []

@@ -20,6 +20,7 @@ from slicewise.config import Settings
 from slicewise.ledger import Ledger
 from slicewise.planner import plan_slice
 from slicewise.slices import Boundary, slice_between
+from slicewise_dev.counting_store import CountingStore
 from slicewise_dev.producer import Record, event_value
 
 pytestmark = pytest.mark.integration
@@ -27,25 +28,6 @@ pytestmark = pytest.mark.integration
 HOUR = timedelta(hours=1)
 T0 = (datetime.now(UTC) - timedelta(days=1)).replace(minute=0, second=0, microsecond=0)
 LATER = datetime.now(UTC) + timedelta(days=1)
-
-
-class CountingStore:
-    """The real store, with each call it serves counted."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self.calls: Counter[str] = Counter()
-
-    def __getattr__(self, name: str) -> Any:
-        served = getattr(self.store, name)
-        if name not in ("read", "keys", "create", "replace"):
-            return served
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] += 1
-            return served(*args, **kwargs)
-
-        return counted
 
 
 def write_history(settings: Settings, slices: int) -> None:
