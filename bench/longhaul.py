@@ -6,10 +6,10 @@
 Per store (a local folder; s3proxy, the tests' S3-compatible server, for tables and
 ledger), one pipeline of hourly slices on a real broker and a warm Spark Connect server:
 
-1. After `--measured` (10) synthesised slices (so that `status --last 10` shows as
-   many slices early as late), `--measured` early slices go through the real steps
-   (plan, ingest, gate, publish, and `status --last 10`), each timed, its ledger calls
-   counted.
+1. `2 x --measured` (20) early slices go through the real steps (plan, ingest, gate,
+   publish, and `status --last 10`), each timed, its ledger calls counted; the second
+   `--measured` of them are the early window (so that `status --last 10` shows as
+   many slices there as late).
 2. The history up to `--slices` is synthesised, for speed, through the same writers:
    each slice's boundaries and records in the ledger (`Ledger`), its rows appended to
    bronze, quarantine, `slice_ids` and silver (gold is only rebuilt by the real
@@ -133,10 +133,7 @@ def synthesise(spark, settings: Settings, hours: list[datetime], n: int) -> None
     }
     bronze, quarantine, silver, slice_ids, made = [], [], [], [], []
     for at in hours:
-        # The history's first slice starts at a boundary of its own, as a first plan's.
-        start = ledger.boundary(at) or ledger.put_boundary(
-            Boundary(settings.topic, at, {p: 0 for p in range(PARTITIONS)}, at)
-        )
+        start = ledger.boundary(at)
         end = ledger.put_boundary(Boundary(settings.topic, at + HOUR, dict(start.offsets), at))
         sl = slice_between(start, end)
         ledger.save_slice(sl)
@@ -240,7 +237,7 @@ def run_store(store: str, args: argparse.Namespace, work: Path, broker, server) 
     pending: list[datetime] = []  # synthesised slices not yet written
     for i in range(args.slices):
         at = first + i * HOUR
-        real = args.measured <= i < 2 * args.measured or i >= args.slices - args.measured
+        real = i < 2 * args.measured or i >= args.slices - args.measured
         if not real:
             pending.append(at)
         if pending and (real or len(pending) == args.batch or (i + 1) % 24 == 0):
@@ -254,7 +251,7 @@ def run_store(store: str, args: argparse.Namespace, work: Path, broker, server) 
             samples.append({"slice": i + 1, "maintenance": upkeep, **table_sizes(spark, settings)})
             print(f"[{datetime.now():%H:%M:%S}] {store} slice {i + 1}: {samples[-1]}", flush=True)
     spark.stop()
-    early = [r for r in rows if r["slice"] <= 2 * args.measured]
+    early = [r for r in rows if args.measured < r["slice"] <= 2 * args.measured]
     late = [r for r in rows if r["slice"] > args.slices - args.measured]
     ratios = {
         step: statistics.median(r[step] for r in late) / statistics.median(r[step] for r in early)
