@@ -34,7 +34,7 @@ chaos-report: bootstrap ## the chaos table summed over every run recorded in cha
 bench: bootstrap ## the benchmark (W0-W3 side by side, about 30 min): table, raw numbers and plot in bench/results/
 	@$(VENV)/python bench/run.py $(BENCH_ARGS)
 
-bench-longhaul: bootstrap ## 2,000 slices locally and on s3proxy (history synthesised, 10 real slices at each end; hours, not in CI): bench/results/longhaul-*
+bench-longhaul: bootstrap ## 2,000 slices locally and on s3proxy (history synthesised, real slices at both ends; ~1 h a store, not in CI): bench/results/longhaul-*
 	@$(VENV)/python bench/longhaul.py $(LONGHAUL_ARGS)
 
 lint: bootstrap ## ruff lint (with Airflow AIR3 rules) and format check
