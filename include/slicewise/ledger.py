@@ -21,6 +21,7 @@ is missing (its writer died in between) is skipped.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,7 +34,7 @@ STEPS = ("plan", "bronze", "silver", "gate", "publish")
 # Recorded by maintenance when bronze retention deleted a published slice's rows.
 BRONZE_DROPPED = "bronze_dropped"
 INDEX = "newest-first"
-PAGE = 20  # markers listed per request when looking backwards
+PAGE = 20  # keys listed per request when walking to a neighbour
 _REVERSED = str.maketrans("0123456789", "9876543210")
 
 
@@ -41,6 +42,19 @@ def newest_first(name: str) -> str:
     """`name` with each digit d as 9 - d: among names of one fixed-width shape (stamps,
     slice ids) the order flips, so a listing from a name walks back in time."""
     return name.translate(_REVERSED)
+
+
+def _time_named(key: str, decode: Callable[[str], str] = str, suffix: str = "") -> datetime | None:
+    """The time a ledger key's name holds, or None for a name that is not the ledger's:
+    an S3-compatible server may list an object still being written under a longer name
+    (s3proxy's filesystem backend lists `<key>-<uuid>` until its rename)."""
+    name = key.rsplit("/", 1)[1]
+    if not name.endswith(suffix):
+        return None
+    try:
+        return from_stamp(decode(name[: len(name) - len(suffix)]))
+    except ValueError:
+        return None
 
 
 def _dump(payload: dict[str, Any]) -> bytes:
@@ -112,7 +126,7 @@ class Ledger:
 
     def boundaries(self) -> list[Boundary]:
         """Every stored boundary, oldest first (reads the whole history: tests and tools)."""
-        keys = [k for k in self.store.keys("boundaries") if k.endswith(".json")]
+        keys = [k for k in self.store.keys("boundaries") if _time_named(k, suffix=".json")]
         return [_boundary_from_json(json.loads(self.store.read(k) or b"")) for k in sorted(keys)]
 
     def put_boundary(self, b: Boundary) -> Boundary:
@@ -128,21 +142,26 @@ class Ledger:
         """The nearest stored boundary before `at`: one listing of the markers, whatever
         the history holds (more only past markers whose boundary was never written)."""
         self._indexed()
-        after = self._marker("boundaries", stamp(at))
-        while keys := self.store.keys(f"{INDEX}/boundaries", after=after, limit=PAGE):
+        return self._first_stored(
+            f"{INDEX}/boundaries", self._marker("boundaries", stamp(at)), newest_first
+        )
+
+    def after(self, at: datetime) -> Boundary | None:
+        """The nearest stored boundary after `at`: one listing from its name."""
+        return self._first_stored("boundaries", self._boundary_key(at), suffix=".json")
+
+    def _first_stored(
+        self, prefix: str, after: str, decode: Callable[[str], str] = str, suffix: str = ""
+    ) -> Boundary | None:
+        """The first boundary a listing of `prefix` from `after` names that is stored."""
+        while keys := self.store.keys(prefix, after=after, limit=PAGE):
             for key in keys:
-                found = self.boundary(from_stamp(newest_first(key.rsplit("/", 1)[1])))
+                named = _time_named(key, decode, suffix)
+                found = None if named is None else self.boundary(named)
                 if found is not None:
                     return found
             after = keys[-1]
         return None
-
-    def after(self, at: datetime) -> Boundary | None:
-        """The nearest stored boundary after `at`: one listing from its name."""
-        keys = self.store.keys("boundaries", after=self._boundary_key(at), limit=1)
-        return (
-            self.boundary(from_stamp(keys[0].rsplit("/", 1)[1][: -len(".json")])) if keys else None
-        )
 
     def neighbours(self, at: datetime) -> tuple[Boundary | None, Boundary | None]:
         """The nearest stored boundaries before and after `at`."""
@@ -157,9 +176,8 @@ class Ledger:
             return
         if self.store.read(f"{INDEX}/complete") is None:
             for key in self.store.keys("boundaries"):
-                if key.endswith(".json"):
-                    name = key.rsplit("/", 1)[1][: -len(".json")]
-                    self.store.create(self._marker("boundaries", name), b"")
+                if (named := _time_named(key, suffix=".json")) is not None:
+                    self.store.create(self._marker("boundaries", stamp(named)), b"")
             for sl in self.slices():
                 self.store.create(self._marker("slices", sl.slice_id), b"")
             self.store.create(f"{INDEX}/complete", b"")
