@@ -83,10 +83,13 @@ class LocalFolder:
         folder = self.root / prefix
         if not folder.exists():
             return []
+        # os.walk reads each folder's entry types from the listing itself: no stat per file.
+        root = str(self.root) + os.sep
         found = sorted(
-            str(p.relative_to(self.root))
-            for p in folder.rglob("*")
-            if p.is_file() and not p.name.endswith(".tmp")
+            os.path.join(path, name).removeprefix(root)
+            for path, _, files in os.walk(folder)
+            for name in files
+            if not name.endswith(".tmp")
         )
         if after is not None:
             found = found[bisect.bisect_right(found, after) :]
