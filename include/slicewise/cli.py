@@ -49,7 +49,7 @@ def status_rows(ledger: Ledger, shown: list[Slice]) -> list[dict]:
     for sl in shown:
         steps = {
             step: ledger.step(sl.slice_id, step)
-            for step in (*LEDGER_STEPS, "replay", "data_loss_ack")
+            for step in (*LEDGER_STEPS, "replay", "data_loss_ack", "acknowledge")
         }
         counts = (steps.get("gate") or {}).get("counts") or {}  # from the tables, by the gate
         rows.append(
@@ -77,6 +77,8 @@ def status_rows(ledger: Ledger, shown: list[Slice]) -> list[dict]:
                 # Passing reruns since the first pass; the counts above stay the first's.
                 "rechecks": (steps.get("gate") or {}).get("rechecks", []),
                 "data_loss_accepted": bool(steps.get("data_loss_ack")),
+                # The consumer group after publication (slicewise.acknowledge).
+                "acknowledged": steps.get("acknowledge"),
             }
         )
     return rows
@@ -140,6 +142,9 @@ def print_status(rows: list[dict]) -> None:
             f"{gate}{'  DATA LOSS ACCEPTED' if r['data_loss_accepted'] else ''}"
             f"{_rechecked(r['rechecks'])}"
         )
+        warning = (r["acknowledged"] or {}).get("warning")
+        if warning:
+            print(f"  consumer group {r['acknowledged']['group']} not moved: {warning}")
 
 
 def _rechecked(rechecks: list[dict]) -> str:

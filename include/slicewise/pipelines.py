@@ -201,11 +201,24 @@ class Pipeline(_Strict):
     # Cron or a duration (`as_cron`); None: SLICEWISE_SCHEDULE, else hourly.
     schedule: str | None = None
     maintenance: Maintenance = Maintenance()
+    # The Kafka consumer group a publication moves (slicewise.acknowledge): true for
+    # slicewise.<name>, a group id, or false to leave every group alone.
+    consumer_group: bool | str = True
 
     @field_validator("schedule")
     @classmethod
     def _schedule(cls, schedule: str | None) -> str | None:
         return None if schedule is None else as_cron(schedule)
+
+    @field_validator("consumer_group")
+    @classmethod
+    def _group(cls, group: bool | str) -> bool | str:
+        if isinstance(group, str) and not re.match(r"^[A-Za-z0-9._-]+$", group):
+            raise ValueError(
+                f"consumer_group: {group!r} is not a group id (letters, digits, '.', '_', '-'); "
+                "or true for slicewise.<pipeline>, false for none"
+            )
+        return group
 
     @field_validator("fields")
     @classmethod
@@ -300,6 +313,13 @@ class Pipeline(_Strict):
     @property
     def dag_id(self) -> str:
         return f"slicewise_{self.name}"
+
+    @property
+    def consumer_group_name(self) -> str | None:
+        """The group a publication moves, or None when the definition turned it off."""
+        if self.consumer_group is True:
+            return f"slicewise.{self.name}"
+        return self.consumer_group or None
 
     @property
     def maintenance_dag_id(self) -> str:

@@ -4,7 +4,8 @@ hours a slice may have changed; a pipeline without `gold` only records the publi
 Runs only after the gate passed. Gold rows of the affected hours are recomputed
 from silver and written with replaceWhere, so publishing a slice again yields
 the same rows. The ledger records the latest publication of each slice (for
-`slicewise status`); the Airflow task that announces the silver Asset reads it
+`slicewise status`), and the pipeline's Kafka consumer group moves to the slice's
+upper boundary (slicewise.acknowledge); the Airflow task that announces the silver Asset reads it
 and announces a slice once, asking Airflow's own Asset events whether it has.
 """
 
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 from pyspark.sql import SparkSession
 
+from slicewise.acknowledge import acknowledge
 from slicewise.config import Settings
 from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
@@ -84,4 +86,5 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
     )
     ledger.record_step(slice_id, "publish", asdict(publication))
     log.info("published %s: gold hours %s", slice_id, hours or "none")
+    acknowledge(settings, ledger, ledger.load_slice(slice_id))
     return publication

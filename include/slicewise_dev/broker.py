@@ -77,10 +77,13 @@ class LocalBroker:
         sasl_port: int | None = None,
         sasl_users: Mapping[str, str] | None = None,
         advertised_port: int | None = None,
+        acls: bool = False,
     ) -> None:
         """`sasl_port` adds a SASL_PLAINTEXT listener (mechanism PLAIN) for `sasl_users`
-        (name -> password) beside the plain one, to test authenticated clients.
-        `advertised_port` makes clients come back through a proxy on that port."""
+        (name -> password) beside the plain one, to test authenticated clients; with
+        `acls` those users may do only what an ACL grants them (the plain listener's
+        anonymous clients are super users, to grant them). `advertised_port` makes
+        clients come back through a proxy on that port."""
         # Absolute: the JVM runs in `home`, and the pid check matches the config path.
         self.home = Path(state_dir).expanduser().resolve() / "kafka"
         self.libs_dir = Path(cache_dir).expanduser().resolve() / f"kafka-{KAFKA_VERSION}" / "libs"
@@ -89,6 +92,7 @@ class LocalBroker:
         self.sasl_port = sasl_port
         self.advertised_port = advertised_port or port
         self.sasl_users = dict(sasl_users or {})
+        self.acls = acls
         self._proc: subprocess.Popen[bytes] | None = None
 
     # -- paths -------------------------------------------------------------
@@ -223,6 +227,14 @@ class LocalBroker:
             "sasl.enabled.mechanisms": "PLAIN",
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
                 f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+            ),
+            **(
+                {
+                    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                    "super.users": "User:ANONYMOUS",
+                }
+                if self.acls
+                else {}
             ),
         }
 
@@ -516,7 +528,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m slicewise_dev.broker", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("command", choices=["start", "stop", "status"])
+    parser.add_argument(
+        "command",
+        choices=["start", "stop", "status", "jars"],
+        help="jars: fetch the Kafka jars if needed and print their folder",
+    )
     parser.add_argument(
         "--state-dir",
         type=Path,
@@ -536,7 +552,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     broker = LocalBroker(args.state_dir, args.cache_dir)
     where = f"(state: {broker.home})"
     try:
-        if args.command == "start":
+        if args.command == "jars":
+            print(broker.ensure_jars())
+        elif args.command == "start":
             began = time.monotonic()
             if broker.start(timeout=args.timeout):
                 print(

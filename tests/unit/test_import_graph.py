@@ -25,7 +25,7 @@ LAYERS: list[set[str]] = [
     {"kafka.security", "pipelines"},
     {"config"},
     {"store", "contract"},
-    {"faults", "spark", "kafka.offsets", "ledger", "transforms"},
+    {"faults", "spark", "kafka.offsets", "kafka.consumer_group", "ledger", "transforms"},
     {"planner"},  # the data path, in its order
     {"bronze"},
     {"silver"},
@@ -33,6 +33,7 @@ LAYERS: list[set[str]] = [
     {"reconcile"},
     {"replay"},
     {"gate"},
+    {"acknowledge"},  # publish's last act: the consumer group
     {"publish", "maintenance"},  # maintenance: beside the data path, on its own schedule
     {"assets"},
     {"jobs", "connect_server"},  # what runs the steps
