@@ -109,6 +109,19 @@ BAD = [
 """,
         ["pipelines.yaml:9 pipelines.orders.expectations: expectations[0]: one Great"],
     ),
+    (
+        """pipelines:
+  orders:
+    topic: orders
+    key: [id]
+    event_time: at
+    fields:
+      id: {type: string, required: true}
+      at: {type: timestamp, required: true}
+    consumer_group: "orders lag"
+""",
+        ["pipelines.orders.consumer_group", "'orders lag' is not a group id"],
+    ),
     ("pipelines: [a", ["not valid YAML"]),
 ]
 
@@ -123,6 +136,34 @@ def test_a_bad_definition_names_file_line_key_and_what_is_expected(tmp_path, tex
     assert message.startswith(str(path)), message
     for fragment in fragments:
         assert fragment in message, message
+
+
+@pytest.mark.parametrize(
+    ("setting", "group"),
+    [
+        ({}, "slicewise.orders"),
+        ({"consumer_group": "etl.orders"}, "etl.orders"),
+        ({"consumer_group": False}, None),
+    ],
+)
+def test_the_consumer_group_a_publication_moves(setting, group):
+    [p] = PipelinesFile.model_validate(
+        {
+            "pipelines": {
+                "orders": {
+                    "topic": "t",
+                    "key": ["id"],
+                    "event_time": "at",
+                    "fields": {
+                        "id": {"type": "string", "required": True},
+                        "at": {"type": "timestamp", "required": True},
+                    },
+                    **setting,
+                }
+            }
+        }
+    ).pipelines.values()
+    assert p.consumer_group_name == group
 
 
 def test_an_unknown_expectation_fails_the_check_naming_pipeline_and_item():
