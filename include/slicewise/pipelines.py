@@ -204,6 +204,8 @@ class Pipeline(_Strict):
     # The Kafka consumer group a publication moves (slicewise.acknowledge): true for
     # slicewise.<name>, a group id, or false to leave every group alone.
     consumer_group: bool | str = True
+    # Silver's deletion vectors (cheap replacing MERGEs); false for readers without them.
+    deletion_vectors: bool = True
 
     @field_validator("schedule")
     @classmethod

@@ -54,9 +54,12 @@ from slicewise.transforms import (
 
 log = logging.getLogger(__name__)
 
-# A MERGE that replaces a row marks it deleted in a deletion vector instead of
-# rewriting its whole file: the MERGE's cost stays flat as silver grows.
-SILVER_PROPERTIES = {"delta.enableDeletionVectors": "true"}
+
+def silver_properties(pipeline: Pipeline) -> dict[str, str]:
+    """Silver's table properties. With deletion vectors a MERGE that replaces a row marks
+    it deleted instead of rewriting its whole file, so the MERGE's cost stays flat as
+    silver grows; a definition whose readers lack the feature turns them off."""
+    return {"delta.enableDeletionVectors": str(pipeline.deletion_vectors).lower()}
 
 
 def parsed_slice(spark: SparkSession, settings: Settings, slice_id: str) -> DataFrame:
@@ -83,7 +86,7 @@ def idempotent_dml(spark: SparkSession, app_id: str) -> Iterator[None]:
 
 
 def ensure_silver(spark: SparkSession, path: str, pipeline: Pipeline) -> None:
-    """Create silver (partitioned by event_date, with SILVER_PROPERTIES), or bring a
+    """Create silver (partitioned by event_date, with `silver_properties`), or bring a
     silver made by an earlier definition or version up to date: the properties it
     lacks, and a column for each field the definition gained (metadata only, no
     rewrite: the rows written before read null there). A field whose type changed
@@ -101,14 +104,22 @@ def ensure_silver(spark: SparkSession, path: str, pipeline: Pipeline) -> None:
         # holds; a racer creating it too loses with a commit conflict and retries.
         columns = StructType([StructField(f.name, f.dataType) for f in schema.fields])
         writer = spark.createDataFrame([], columns).write.format("delta").mode("append")
-        for key, value in SILVER_PROPERTIES.items():
+        for key, value in silver_properties(pipeline).items():
             writer = writer.option(key, value)
         writer.partitionBy("event_date").save(path)
         return
-    if any(properties.get(k) != v for k, v in SILVER_PROPERTIES.items()):
-        wanted = ", ".join(f"'{k}' = '{v}'" for k, v in SILVER_PROPERTIES.items())
-        log.info("silver at %s: setting %s", path, wanted)
-        spark.sql(f"ALTER TABLE {delta_ref(path)} SET TBLPROPERTIES ({wanted})").collect()
+    wanted = silver_properties(pipeline)
+    if any(properties.get(k) != v for k, v in wanted.items()):
+        setting = ", ".join(f"'{k}' = '{v}'" for k, v in wanted.items())
+        log.info("silver at %s: setting %s", path, setting)
+        spark.sql(f"ALTER TABLE {delta_ref(path)} SET TBLPROPERTIES ({setting})").collect()
+        if not pipeline.deletion_vectors:
+            log.warning(
+                "silver at %s had deletion vectors: new MERGEs write none, but readers that "
+                "lack the feature still refuse the table until it is dropped (docs/PIPELINES.md, "
+                "deletion_vectors)",
+                path,
+            )
     added = evolve(spark.read.format("delta").load(path).schema, schema, pipeline.name)
     if added:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in added)
