@@ -77,12 +77,24 @@ def task_settings(pipeline: str | None = None):
     return load_settings({**os.environ, **kafka_connection_env()}, pipeline=pipeline)
 
 
+def step_lineage(step: str, argv: list[str]) -> Any:
+    """What a finished step read and wrote, for Airflow's OpenLineage provider."""
+    from slicewise.jobs import step_parser
+    from slicewise.lineage import step_lineage as lineage
+
+    args = step_parser(step).parse_args(argv)
+    return lineage(task_settings(args.pipeline), step, args.slice_id)
+
+
 class SliceSparkSubmitOperator(SparkSubmitOperator):
     """spark-submit of one slice step, with the Kafka connection's settings in its environment."""
 
     def execute(self, context: Any) -> None:
         self.env_vars = {**(self.env_vars or {}), **kafka_connection_env()}
         super().execute(context)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        return step_lineage(self.task_id, list(self.application_args))
 
 
 class IntervalClosedSensor(DateTimeSensorAsync):
@@ -151,6 +163,9 @@ class SliceSparkConnectOperator(PySparkOperator):
         finally:
             self._session.stop()
             self._session = None
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        return step_lineage(self.step, list(self.op_kwargs["argv"]))
 
     def on_kill(self) -> None:
         session = getattr(self, "_session", None)

@@ -1,12 +1,17 @@
 """The real DAG through Airflow (dag.test, SQLite metadata DB) against the real broker,
 Delta and Great Expectations: its Spark steps as clients of the shared Spark Connect
-server (the default mode), and once as spark-submit applications."""
+server (the default mode), and once as spark-submit applications; and the OpenLineage
+events of a run."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
@@ -267,3 +272,73 @@ def test_a_server_down_or_a_wrong_token_fails_the_step_fast_and_its_retry_then_s
     )
     result = bronze.execute({"params": {}})  # the least context a task has
     assert (result.rows, result.committed) == (22, True)
+
+
+def test_openlineage_events_of_a_run_name_every_table_once_with_the_ledgers_counts(
+    spark, pipeline, airflow_db, tmp_path
+):
+    """Through Airflow's OpenLineage provider and its file transport, as a deployment
+    configures it: `airflow dags test` in a process of its own, so that the provider's
+    listener starts with the transport set."""
+    settings, producer = pipeline
+    start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    produce_hour(producer, start)
+    events = tmp_path / "lineage.jsonl"
+    env = airflow_env(settings, spark_master="local[2]")
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "airflow"),
+            "dags",
+            "test",
+            "slicewise_events",
+            (start + timedelta(hours=1)).isoformat(),
+        ],
+        env={
+            **os.environ,
+            **{key: env[key] for key in PASSED_ON},
+            "SLICEWISE_GRACE_SECONDS": "0",
+            "SLICEWISE_SPARK_MODE": "connect",
+            "AIRFLOW__OPENLINEAGE__NAMESPACE": "slicewise-tests",
+            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+                {"type": "file", "log_file_path": str(events), "append": True}
+            ),
+        },
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [sl] = Ledger(settings.ledger_dir, settings.topic).slices()
+    complete = {
+        e["job"]["name"].split(".")[-1]: e
+        for e in map(json.loads, events.read_text().splitlines())
+        if e["eventType"] == "COMPLETE" and e["job"]["name"].startswith("slicewise_events.")
+    }
+    assert {"ingest", "gate", "publish"} <= set(complete), sorted(complete)
+    for step in ("ingest", "gate", "publish"):
+        facet = complete[step]["run"]["facets"]["slicewise_slice"]
+        assert facet["sliceId"] == sl.slice_id
+        assert facet["ranges"] == {str(p): list(r) for p, r in sl.ranges.items()}
+
+    def named(dataset) -> str:
+        return dataset["name"].rsplit("/", 1)[-1]
+
+    written = [named(d) for e in complete.values() for d in e["outputs"]]
+    assert sorted(written) == sorted(
+        ["bronze", "silver", "quarantine", "slice_ids", "gold_events_per_hour"]
+    )
+    ingest = complete["ingest"]
+    [topic] = ingest["inputs"]
+    assert topic["namespace"] == f"kafka://{settings.bootstrap_servers}"
+    assert topic["name"] == settings.topic
+    assert topic["inputFacets"]["offsetRanges"]["ranges"] == facet["ranges"]
+    [bronze] = [d for d in ingest["outputs"] if named(d) == "bronze"]
+    assert bronze["namespace"] == "file" and bronze["name"] == settings.table("bronze")
+    assert bronze["outputFacets"]["outputStatistics"]["rowCount"] == 22
+
+    read = {named(d): d for d in complete["gate"]["inputs"]}
+    assert read["bronze"]["inputFacets"]["dataQualityMetrics"]["rowCount"] == 22
+    assert read["quarantine"]["inputFacets"]["dataQualityMetrics"]["rowCount"] == 1
+    assert read["silver"]["inputFacets"]["dataQualityMetrics"]["rowCount"] == 20
+    checks = read["silver"]["facets"]["dataQualityAssertions"]["assertions"]
+    assert checks and all(c["success"] for c in checks), checks

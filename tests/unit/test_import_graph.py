@@ -35,7 +35,7 @@ LAYERS: list[set[str]] = [
     {"gate"},
     {"acknowledge"},  # publish's last act: the consumer group
     {"publish", "maintenance"},  # maintenance: beside the data path, on its own schedule
-    {"assets"},
+    {"assets", "lineage"},
     {"jobs", "connect_server"},  # what runs the steps
     {"operators", "cli"},
     {"scheduler"},  # imports the steps ahead of Airflow's forks
