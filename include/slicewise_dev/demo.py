@@ -131,7 +131,7 @@ def main() -> int:
     # A fresh server too: a warm one would remember the deleted tables' Delta logs.
     server = embedded(settings)
     server.stop()
-    for sub in ("kafka", "lakehouse", "airflow", "data_docs", "demo-logs"):
+    for sub in ("kafka", "lakehouse", "airflow", "data_docs", "demo-logs", "lineage"):
         shutil.rmtree(settings.state_dir / sub, ignore_errors=True)
     (settings.state_dir / "demo-logs").mkdir(parents=True)
 
@@ -159,6 +159,14 @@ def main() -> int:
 
     env = airflow_env(settings)
     env["SLICEWISE_GRACE_SECONDS"] = "0"
+    # The runs' OpenLineage events go to a file (docs/DEPLOYING.md#openlineage), unless
+    # the environment names a transport of its own.
+    lineage = settings.state_dir / "lineage" / "events.jsonl"
+    lineage.parent.mkdir(parents=True, exist_ok=True)
+    env.setdefault(
+        "AIRFLOW__OPENLINEAGE__TRANSPORT",
+        json.dumps({"type": "file", "log_file_path": str(lineage), "append": True}),
+    )
     logs = settings.state_dir / "demo-logs"
     dag_id = settings.pipeline.dag_id
     with AirflowServices(env, logs, dag_ids=(dag_id,)) as services:
@@ -198,6 +206,8 @@ def main() -> int:
         return 1
     say("report", "reading silver, quarantine, gold and the ledger")
     ok = report(settings, server, oracle)
+    if lineage.exists():
+        say("lineage", f"{len(lineage.read_text().splitlines())} OpenLineage events in {lineage}")
     summary = {"ok": ok, "seconds": round(time.monotonic() - t0)}
     print(
         f"\n{json.dumps(summary)}\nbroker and Spark Connect server left running for "
