@@ -172,6 +172,21 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
             f"| {'7 days' if m['horizon'] else 'none'} | {m['seconds']:.1f} "
             f"| {m['files_scanned']} of {m['files_total']} | {m['files_rewritten']} | {m['inserted']:,} |"
         )
+    if r["w3"].get("replacing"):
+        lines += [
+            "",
+            "A MERGE whose re-sent copies replace 1% of the slice's keys in silver, with the "
+            "definition's `deletion_vectors` on (the default) and off:",
+            "",
+            "| silver | deletion vectors | MERGE s | rows replaced | files rewritten | vectors written |",
+            "|---:|---|---:|---:|---:|---:|",
+        ]
+        for m in r["w3"]["replacing"]:
+            lines.append(
+                f"| {m['scale']}x ({m['silver_rows']:,}) | {'on' if m['deletion_vectors'] else 'off'} "
+                f"| {m['seconds']:.1f} | {m['replaced']:,} | {m['files_rewritten']} "
+                f"| {m['deletion_vectors_added']} |"
+            )
     return "\n".join(lines)
 
 

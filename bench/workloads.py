@@ -343,7 +343,64 @@ def w3(settings: Settings, params: dict) -> dict:
                 )
                 print(f"w3 {results[-1]}", file=sys.stderr, flush=True)
             events.unpersist()
-    return {"merges": results}
+    return {"merges": results, "replacing": replacing_merges(spark, settings, params, today)}
+
+
+def replacing_merges(spark: SparkSession, settings: Settings, params: dict, today: date) -> list:
+    """A MERGE whose re-sent copies replace stored rows (1% of the slice, each at a lower
+    Kafka position than the stored copy), into a silver with deletion vectors and into
+    one without (the definition's `deletion_vectors: false`): the first marks the
+    replaced rows deleted, the second rewrites every file that holds one."""
+    from slicewise.silver import ensure_silver, merge_into_silver
+
+    n, days = params["slice_rows"], params["history_days"]
+    window = (
+        today - timedelta(days=settings.dedup_horizon_days),
+        today + timedelta(days=settings.dedup_horizon_days),
+    )
+    found = []
+    for scale in params["scales"]:
+        history = synthetic_events(spark, scale * n, today, days, "h", 1)
+        dups = n // 100
+        again = (
+            history.where(F.col("event_date") >= F.date_sub(F.lit(today), 2))
+            .sample(fraction=min(1.0, 15.0 * dups / (scale * n)), seed=3)
+            .limit(dups)
+            .withColumn("kafka_offset", F.col("kafka_offset") - 500_000_000)
+        )
+        fresh = synthetic_events(spark, n, today, 1, "n", 2)
+        events = fresh.limit(n - dups).unionByName(again).cache()
+        events.count()
+        for vectors in (True, False):
+            pipeline = settings.pipeline.model_copy(update={"deletion_vectors": vectors})
+            path = str(Path(params["work"]) / f"w3-replacing-{scale}x-{vectors}")
+            ensure_silver(spark, path, pipeline)
+            history.repartition("event_date").write.format("delta").mode("append").save(path)
+            base = DeltaTable.forPath(spark, path).history(1).first()["version"]
+            best, metrics = None, {}
+            for _ in range(params.get("repeats", 2)):  # best of: the first pays JIT warm-up
+                seconds, _ = timed(
+                    lambda events=events, path=path, pipeline=pipeline: merge_into_silver(
+                        spark, path, pipeline, events, window, None
+                    )
+                )
+                metrics = DeltaTable.forPath(spark, path).history(1).first()["operationMetrics"]
+                DeltaTable.forPath(spark, path).restoreToVersion(base)
+                best = seconds if best is None else min(best, seconds)
+            found.append(
+                {
+                    "scale": scale,
+                    "silver_rows": scale * n,
+                    "deletion_vectors": vectors,
+                    "seconds": best,
+                    "replaced": int(metrics["numTargetRowsUpdated"]),
+                    "files_rewritten": int(metrics["numTargetFilesRemoved"]),
+                    "deletion_vectors_added": int(metrics["numTargetDeletionVectorsAdded"]),
+                }
+            )
+            print(f"w3 replacing {found[-1]}", file=sys.stderr, flush=True)
+        events.unpersist()
+    return found
 
 
 WORKLOADS = {"w0": w0, "isolation": isolation, "w1": w1, "w2": w2, "w3": w3}
