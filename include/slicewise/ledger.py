@@ -1,27 +1,31 @@
 """The offset ledger: boundaries and slices, stored with the lakehouse.
 
 Plain JSON objects under `<lakehouse>/<pipeline>/_ledger/<topic>/` (or
-SLICEWISE_LEDGER_DIR), on local or mounted disk or on the object store the tables
-use, readable by Airflow workers (which plan) and Spark drivers (which read slices)
-alike. A boundary is written with a create that fails if the name exists (a hard
-link on disk, a conditional put on an object store): two resolvers racing on one
+`SLICEWISE_LEDGER_DIR/<topic>/`), on local or mounted disk or on the object store the
+tables use, readable by Airflow workers (which plan) and Spark drivers (which read
+slices) alike. A boundary is written with a create that fails if the name exists (a
+hard link on disk, a conditional put on an object store): two resolvers racing on one
 boundary both end up with the first one's answer, and a stored boundary is never
 rewritten.
 
 Nothing a step does reads the whole ledger: a year of hourly slices is 8,760 of
-each object, and every read is a GET on an object store. Boundaries and slices are
-named by time, so the next boundary after a time is the first name a listing from
-that name returns (one request); `newest-first/` holds an empty marker per boundary
-and per slice whose name sorts the other way (each digit d as 9 - d), so the
-nearest boundary before a time and the latest slices are one listing too. A marker
-is created before its object: every stored object has one; a marker whose object
-is missing (its writer died in between) is skipped.
+each object, and every read is a GET on an object store. Boundaries are named by
+time in a folder per UTC day (`boundaries/<day>/<stamp>.json`), so the next boundary
+after a time is the first name a listing of its day from that name returns, or of
+the next day that has one (one listing names the days). `newest-first/` holds an
+empty marker per boundary and per slice, in day folders too, whose names sort the
+other way (each digit d as 9 - d), so the nearest boundary before a time and the
+latest slices are found the same way backwards. Day folders keep each listing to
+one day's names: S3 serves `start-after` from its index, but a server on a
+filesystem (s3proxy, MinIO) walks the whole folder it lists. A marker is created
+before its object: every stored object has one; a marker whose object is missing
+(its writer died in between) is skipped.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +38,8 @@ STEPS = ("plan", "bronze", "silver", "gate", "publish")
 # Recorded by maintenance when bronze retention deleted a published slice's rows.
 BRONZE_DROPPED = "bronze_dropped"
 INDEX = "newest-first"
+# Written once every object an earlier version stored flat has its place in a day folder.
+BY_DAY = "layout/by-day"
 PAGE = 20  # keys listed per request when walking to a neighbour
 _REVERSED = str.maketrans("0123456789", "9876543210")
 
@@ -114,24 +120,34 @@ class Ledger:
     # -- boundaries -------------------------------------------------------
     @staticmethod
     def _boundary_key(at: datetime) -> str:
-        return f"boundaries/{stamp(at)}.json"
+        name = stamp(at)
+        return f"boundaries/{name[:8]}/{name}.json"
 
     @staticmethod
     def _marker(kind: str, name: str) -> str:
-        return f"{INDEX}/{kind}/{newest_first(name)}"
+        """A boundary's (`name` its stamp) or a slice's (its id) marker; both names start
+        with their UTC day, so reversed they start with the day's folder."""
+        reversed_name = newest_first(name)
+        return f"{INDEX}/{kind}/{reversed_name[:8]}/{reversed_name}"
 
     def boundary(self, at: datetime) -> Boundary | None:
+        self._by_day()
         found = self._read(self._boundary_key(at))
         return None if found is None else _boundary_from_json(found)
 
     def boundaries(self) -> list[Boundary]:
         """Every stored boundary, oldest first (reads the whole history: tests and tools)."""
-        keys = [k for k in self.store.keys("boundaries") if _time_named(k, suffix=".json")]
+        self._by_day()
+        keys = [
+            k
+            for k in self.store.keys("boundaries")
+            if k.count("/") == 2 and _time_named(k, suffix=".json")
+        ]
         return [_boundary_from_json(json.loads(self.store.read(k) or b"")) for k in sorted(keys)]
 
     def put_boundary(self, b: Boundary) -> Boundary:
         """Store `b` unless a boundary for that time exists; return the stored one."""
-        self._indexed()
+        self._by_day()
         self.store.create(self._marker("boundaries", stamp(b.at)), b"")
         self.store.create(self._boundary_key(b.at), _dump(_boundary_to_json(b)))
         stored = self.boundary(b.at)
@@ -139,29 +155,46 @@ class Ledger:
         return stored
 
     def before(self, at: datetime) -> Boundary | None:
-        """The nearest stored boundary before `at`: one listing of the markers, whatever
-        the history holds (more only past markers whose boundary was never written)."""
-        self._indexed()
-        return self._first_stored(
-            f"{INDEX}/boundaries", self._marker("boundaries", stamp(at)), newest_first
-        )
+        """The nearest stored boundary before `at`: a listing of the markers of its day
+        from its name, whatever the history holds (more only when that day has none
+        before it, or past markers whose boundary was never written)."""
+        self._by_day()
+        markers = self._listed(f"{INDEX}/boundaries", self._marker("boundaries", stamp(at)))
+        return self._first_stored(markers, newest_first)
 
     def after(self, at: datetime) -> Boundary | None:
-        """The nearest stored boundary after `at`: one listing from its name."""
-        return self._first_stored("boundaries", self._boundary_key(at), suffix=".json")
+        """The nearest stored boundary after `at`: a listing of its day from its name."""
+        self._by_day()
+        return self._first_stored(
+            self._listed("boundaries", self._boundary_key(at)), suffix=".json"
+        )
 
     def _first_stored(
-        self, prefix: str, after: str, decode: Callable[[str], str] = str, suffix: str = ""
+        self, keys: Iterator[str], decode: Callable[[str], str] = str, suffix: str = ""
     ) -> Boundary | None:
-        """The first boundary a listing of `prefix` from `after` names that is stored."""
-        while keys := self.store.keys(prefix, after=after, limit=PAGE):
-            for key in keys:
-                named = _time_named(key, decode, suffix)
-                found = None if named is None else self.boundary(named)
-                if found is not None:
-                    return found
-            after = keys[-1]
+        """The first boundary `keys` name that is stored."""
+        for key in keys:
+            named = _time_named(key, decode, suffix)
+            found = None if named is None else self.boundary(named)
+            if found is not None:
+                return found
         return None
+
+    def _listed(self, root: str, start: str | None = None) -> Iterator[str]:
+        """The keys in `root`'s day folders in name order, from just after `start` (a key
+        in one of them; from the first day when None): that day's keys a page at a time,
+        then, only if asked for more, each later day's (one listing names the days)."""
+        day = None if start is None else start.rsplit("/", 1)[0]
+        if day is not None:
+            yield from self._pages(day, start)
+        for folder in self.store.folders(root):
+            if day is None or folder > day:
+                yield from self._pages(folder)
+
+    def _pages(self, folder: str, after: str | None = None) -> Iterator[str]:
+        while keys := self.store.keys(folder, after=after, limit=PAGE):
+            yield from keys
+            after = keys[-1]
 
     def neighbours(self, at: datetime) -> tuple[Boundary | None, Boundary | None]:
         """The nearest stored boundaries before and after `at`."""
@@ -170,18 +203,23 @@ class Ledger:
     def newest_boundary(self) -> Boundary | None:
         return self.before(datetime.max.replace(tzinfo=UTC))
 
-    def _indexed(self) -> None:
-        """Give a ledger written before the markers existed its markers, once."""
-        if getattr(self, "_has_index", False):
+    def _by_day(self) -> None:
+        """Give a ledger an earlier version wrote flat (boundaries, and markers if any, in
+        one folder each) its day folders, once: copies, marker first, created as any
+        boundary is. The flat objects stay and are no longer read."""
+        if getattr(self, "_laid_out", False):
             return
-        if self.store.read(f"{INDEX}/complete") is None:
+        if self.store.read(BY_DAY) is None:
             for key in self.store.keys("boundaries"):
-                if (named := _time_named(key, suffix=".json")) is not None:
+                named = _time_named(key, suffix=".json")
+                if key.count("/") == 1 and named is not None:
                     self.store.create(self._marker("boundaries", stamp(named)), b"")
-            for sl in self.slices():
-                self.store.create(self._marker("slices", sl.slice_id), b"")
-            self.store.create(f"{INDEX}/complete", b"")
-        self._has_index = True
+                    self.store.create(self._boundary_key(named), self.store.read(key) or b"")
+            for key in self.store.keys("slices"):
+                if key.endswith("/slice.json"):
+                    self.store.create(self._marker("slices", key.split("/")[1]), b"")
+            self.store.create(BY_DAY, b"")
+        self._laid_out = True
 
     # -- partitions an open transaction holds back ---------------------------
     def holds(self) -> dict[int, Hold]:
@@ -205,7 +243,7 @@ class Ledger:
 
     # -- slices and their steps --------------------------------------------
     def save_slice(self, sl: Slice) -> None:
-        self._indexed()
+        self._by_day()
         self.store.create(self._marker("slices", sl.slice_id), b"")
         created = self.store.create(f"slices/{sl.slice_id}/slice.json", _dump(slice_to_json(sl)))
         if not created and self.load_slice(sl.slice_id) != sl:
@@ -224,25 +262,19 @@ class Ledger:
 
     def latest_slices(self, last: int, since: datetime | None = None) -> list[Slice]:
         """The `last` slices with the latest starts (and only those starting at or after
-        `since`), oldest first: a listing of markers and a read per slice shown."""
-        self._indexed()
+        `since`), oldest first: listings of the markers of the latest days and a read per
+        slice shown."""
+        self._by_day()
         found: list[Slice] = []
-        after = None
-        while len(found) < last:
-            keys = self.store.keys(
-                f"{INDEX}/slices", after=after, limit=min(PAGE, last - len(found))
-            )
-            if not keys:
+        markers = self._listed(f"{INDEX}/slices")
+        while len(found) < last and (key := next(markers, None)) is not None:
+            data = self._read(f"slices/{newest_first(key.rsplit('/', 1)[1])}/slice.json")
+            if data is None:
+                continue  # its planner died between the marker and the slice
+            sl = slice_from_json(data)
+            if since is not None and sl.start < since:
                 break
-            for key in keys:
-                data = self._read(f"slices/{newest_first(key.rsplit('/', 1)[1])}/slice.json")
-                if data is None:
-                    continue  # its planner died between the marker and the slice
-                sl = slice_from_json(data)
-                if since is not None and sl.start < since:
-                    return found[::-1]
-                found.append(sl)
-            after = keys[-1]
+            found.append(sl)
         return found[::-1]
 
     def slices(self) -> list[Slice]:

@@ -40,6 +40,8 @@ class Store(Protocol):
         self, prefix: str, after: str | None = None, limit: int | None = None
     ) -> list[str]: ...
 
+    def folders(self, prefix: str) -> list[str]: ...
+
 
 class LocalFolder:
     """A folder on local or mounted disk (the embedded default)."""
@@ -95,6 +97,13 @@ class LocalFolder:
             found = found[bisect.bisect_right(found, after) :]
         return found if limit is None else found[:limit]
 
+    def folders(self, prefix: str) -> list[str]:
+        """The folders directly under `prefix`, in order."""
+        folder = self.root / prefix
+        if not folder.exists():
+            return []
+        return sorted(f"{prefix}/{e.name}" for e in os.scandir(folder) if e.is_dir())
+
 
 class ObjectStore:
     """A bucket and prefix on S3 (or an S3-compatible server), GCS or Azure, via obstore."""
@@ -144,6 +153,13 @@ class ObjectStore:
             return sorted(meta["path"] for meta in listing.collect())
         first = next(iter(listing), [])
         return sorted(meta["path"] for meta in first)[:limit]
+
+    def folders(self, prefix: str) -> list[str]:
+        """The folders directly under `prefix`, in order: one listing with a delimiter."""
+        import obstore
+
+        found = obstore.list_with_delimiter(self._store, prefix.rstrip("/") + "/")
+        return sorted(p.rstrip("/") for p in found["common_prefixes"])
 
 
 def open_store(location: str) -> Store:

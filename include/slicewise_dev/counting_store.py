@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-COUNTED = ("read", "keys", "create", "replace")
+COUNTED = ("read", "keys", "folders", "create", "replace")
 
 
 class CountingStore:
