@@ -24,6 +24,7 @@ from slicewise.pipelines import (
     load_pipelines,
     pipeline_named,
 )
+from slicewise.schema_registry import SchemaRegistry
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_BOOTSTRAP = "127.0.0.1:19092"
@@ -56,11 +57,20 @@ class Settings:
     # Longest a Spark step attempt may run before Airflow stops it (SLICEWISE_STEP_TIMEOUT):
     # no attempt holds a table snapshot longer, so VACUUM may delete what it removed before.
     step_timeout: timedelta = timedelta(hours=2)
+    # An Avro pipeline's schema registry (SLICEWISE_SCHEMA_REGISTRY_*); its credentials
+    # are never in a repr, so never in a log.
+    schema_registry: SchemaRegistry | None = None
 
     @property
     def spark_kafka_props(self) -> dict[str, str]:
         """The Java client's properties for Spark's Kafka source."""
         return java_props(self.kafka_props, self.kafka_spark_props)
+
+    @property
+    def schema_subject(self) -> str:
+        """An Avro pipeline's registry subject: the topic name strategy's by default."""
+        chosen = self.pipeline.schema_registry.subject if self.pipeline.schema_registry else None
+        return chosen or f"{self.topic}-value"
 
     @property
     def dedup_horizon_days(self) -> int:
@@ -78,6 +88,25 @@ class Settings:
     @property
     def data_docs_dir(self) -> Path:
         return self.state_dir / "data_docs" / self.pipeline.name
+
+
+def schema_registry(env: Mapping[str, str], definition: Pipeline) -> SchemaRegistry | None:
+    """The registry an Avro pipeline reads its schemas from; None for a JSON pipeline."""
+    url = env.get("SLICEWISE_SCHEMA_REGISTRY_URL", "").strip()
+    if definition.format == "json":
+        return None
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"pipeline {definition.name!r} reads {definition.format}: set "
+            "SLICEWISE_SCHEMA_REGISTRY_URL to its schema registry's API root "
+            "(http[s]://host:port, Confluent-compatible), and SLICEWISE_SCHEMA_REGISTRY_USER "
+            "and SLICEWISE_SCHEMA_REGISTRY_PASSWORD if it asks for credentials."
+        )
+    return SchemaRegistry(
+        url,
+        user=env.get("SLICEWISE_SCHEMA_REGISTRY_USER") or None,
+        password=env.get("SLICEWISE_SCHEMA_REGISTRY_PASSWORD") or None,
+    )
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
@@ -229,6 +258,7 @@ def load_settings(env: Mapping[str, str] | None = None, pipeline: str | None = N
         max_open_transaction_seconds=_int(env, "SLICEWISE_MAX_OPEN_TRANSACTION_SECONDS", 900),
         records_per_task=_int(env, "SLICEWISE_RECORDS_PER_TASK", 50_000),
         step_timeout=step_timeout(env),
+        schema_registry=schema_registry(env, definition),
     )
     settings.spark_kafka_props  # noqa: B018 - fail fast on settings Spark could not use
     return settings

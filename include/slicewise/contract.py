@@ -38,6 +38,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from slicewise.avro import WIRE_REASONS, AvroSchemas, decoded_text, wire_reason
 from slicewise.pipelines import EPOCH_FORMATS, FieldSpec, Pipeline
 
 DEFAULT_FORMATS = {"timestamp": "yyyy-MM-dd'T'HH:mm:ss[.SSSSSSSSS]XXX", "date": "yyyy-MM-dd"}
@@ -67,8 +68,11 @@ KAFKA_POSITION = ("kafka_partition", "kafka_offset")
 
 def reasons(pipeline: Pipeline) -> tuple[str, ...]:
     """Every reason this pipeline's quarantine can hold."""
-    return RECORD_REASONS + tuple(
-        f"{rule}:{path}" for path in pipeline.fields for rule in FIELD_RULES
+    wire = WIRE_REASONS if pipeline.format == "avro" else ()
+    return (
+        RECORD_REASONS
+        + wire
+        + tuple(f"{rule}:{path}" for path in pipeline.fields for rule in FIELD_RULES)
     )
 
 
@@ -173,8 +177,14 @@ def _kind_ok(spec: FieldSpec, kind: Column) -> Column:
     return kind == "STRING"  # string, and timestamp/date written as text
 
 
-def parse_events(bronze: DataFrame, pipeline: Pipeline, max_value_bytes: int) -> DataFrame:
+def parse_events(
+    bronze: DataFrame, pipeline: Pipeline, max_value_bytes: int, avro: AvroSchemas | None = None
+) -> DataFrame:
     """Bronze rows with the declared columns, `event_date` and a `reason` (null when valid).
+
+    A JSON pipeline's record is its value's text; an Avro pipeline's (`avro`: the
+    schemas of its subject) is the value decoded and written as JSON text
+    (`avro.decoded_text`), with the wire format's reasons ahead of the rules.
 
     Built in stages (parse, read fields, type them, judge), each a projection of its
     own, so a materialized result parses each document once: Spark keeps a projection
@@ -185,8 +195,23 @@ def parse_events(bronze: DataFrame, pipeline: Pipeline, max_value_bytes: int) ->
     """
     fields = list(pipeline.fields.items())
     names = {path: f"_f{i}" for i, (path, _) in enumerate(fields)}
-    text = F.col("value").cast("string")
-    docs = bronze.select("*", F.try_parse_json(text).alias("_doc"))
+    if avro is None:
+        source = bronze.select(
+            "*",
+            F.col("value").cast("string").alias("_text"),
+            F.lit(None).cast("string").alias("_wire"),
+        )
+    else:
+        # Two projections: the decode runs once, then its text is judged.
+        decoded = bronze.select("*", decoded_text(F.col("value"), avro).alias("_decoded"))
+        wire = wire_reason(F.col("value"), F.col("_decoded"), avro)
+        source = decoded.select(
+            *bronze.columns,
+            F.when(wire.isNull(), F.col("_decoded")).alias("_text"),
+            wire.alias("_wire"),
+        )
+    text = F.col("_text")
+    docs = source.select("*", F.try_parse_json(text).alias("_doc"))
     read = docs.select(
         "*",
         # A parsed document is an object iff its text opens with "{": far cheaper than
@@ -214,12 +239,15 @@ def parse_events(bronze: DataFrame, pipeline: Pipeline, max_value_bytes: int) ->
         ],
     )
 
-    reason = (
-        F.when(F.col("value").isNull(), "null_value")
-        .when(F.length("value") > max_value_bytes, "oversized_value")
-        .when(~F.is_valid_utf8(text), "invalid_utf8")
-        .when(F.col("_doc").isNull(), "invalid_json")
-        .when(~F.col("_is_object"), "not_an_object")
+    reason = F.when(F.col("value").isNull(), "null_value").when(
+        F.length("value") > max_value_bytes, "oversized_value"
+    )
+    if avro is None:
+        reason = reason.when(~F.is_valid_utf8(text), "invalid_utf8")
+    else:
+        reason = reason.when(F.col("_wire").isNotNull(), F.col("_wire"))
+    reason = reason.when(F.col("_doc").isNull(), "invalid_json").when(
+        ~F.col("_is_object"), "not_an_object"
     )
     for path, spec in fields:
         n = names[path]

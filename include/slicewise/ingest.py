@@ -25,9 +25,8 @@ from slicewise.bronze import (
     stored_slice,
 )
 from slicewise.config import Settings
-from slicewise.contract import parse_events
 from slicewise.ledger import Ledger
-from slicewise.silver import SilverResult, merge_slice, parsed_slice
+from slicewise.silver import SilverResult, merge_slice, parse, parsed_slice
 from slicewise.tables import BRONZE, conform, retry_on_conflict
 
 log = logging.getLogger(__name__)
@@ -63,9 +62,7 @@ def _ingest(
     # Parsed before bronze's write, and cached: the write materialises the cache, so
     # the records cross from Kafka once and are parsed once; bronze takes its raw
     # columns back out of the parsed rows, which keep them for quarantine anyway.
-    parsed = parse_events(
-        read_slice(spark, settings, sl, ranges), settings.pipeline, settings.max_value_bytes
-    ).cache()
+    parsed = parse(read_slice(spark, settings, sl, ranges), settings).cache()
     try:
         bronze = commit_bronze(spark, settings, ledger, sl, conform(parsed, BRONZE), metadata)
         if not bronze.committed:

@@ -184,6 +184,15 @@ class Maintenance(_Strict):
         return as_span(value, info.field_name)
 
 
+class RegistrySubject(_Strict):
+    """Where an Avro pipeline's schemas are: a subject of the schema registry at
+    SLICEWISE_SCHEMA_REGISTRY_URL. Records may be written with any of its versions;
+    they are read with `version` (the latest by default), by Avro's resolution rules."""
+
+    subject: str | None = Field(default=None, min_length=1)  # default: <topic>-value
+    version: int | Literal["latest"] = "latest"
+
+
 class Pipeline(_Strict):
     """One declared pipeline (its name is its key in the file)."""
 
@@ -206,6 +215,9 @@ class Pipeline(_Strict):
     consumer_group: bool | str = True
     # Silver's deletion vectors (cheap replacing MERGEs); false for readers without them.
     deletion_vectors: bool = True
+    # What a record's value holds: JSON text, or Avro in the Confluent wire format.
+    format: Literal["json", "avro"] = "json"
+    schema_registry: RegistrySubject | None = None  # avro: the subject (and reader version)
 
     @field_validator("schedule")
     @classmethod
@@ -296,6 +308,8 @@ class Pipeline(_Strict):
                 raise ValueError(
                     f"fields: two fields map to column {column!r}; set `column:` on one"
                 )
+        if self.schema_registry is not None and self.format != "avro":
+            raise ValueError("schema_registry: applies to format: avro")
         if self.tables is not None and not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_./-]*$", self.tables):
             raise ValueError(f"tables: {self.tables!r} is not a relative folder name")
         return self
@@ -322,6 +336,10 @@ class Pipeline(_Strict):
         if self.consumer_group is True:
             return f"slicewise.{self.name}"
         return self.consumer_group or None
+
+    @property
+    def reader_version(self) -> int | str:
+        return self.schema_registry.version if self.schema_registry else "latest"
 
     @property
     def maintenance_dag_id(self) -> str:

@@ -26,6 +26,7 @@ from datetime import date
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
+from slicewise.avro import AvroSchemas, unreadable
 from slicewise.config import Settings
 from slicewise.contract import beats_sql, key_match_sql, parse_events, silver_schema
 from slicewise.errors import OperationalError
@@ -62,6 +63,32 @@ def silver_properties(pipeline: Pipeline) -> dict[str, str]:
     return {"delta.enableDeletionVectors": str(pipeline.deletion_vectors).lower()}
 
 
+def avro_schemas(settings: Settings) -> AvroSchemas | None:
+    """An Avro pipeline's reader schema and its subject's writer schemas, fetched once per
+    slice (a version's schema never changes, so a retry reads the same ones); None for
+    a JSON pipeline."""
+    pipeline, registry = settings.pipeline, settings.schema_registry
+    if pipeline.format == "json" or registry is None:
+        return None
+    reader = registry.version(settings.schema_subject, pipeline.reader_version)
+    writers = {v.id: v.schema for v in registry.versions(settings.schema_subject)}
+    for sid in sorted(set(writers) - set(AvroSchemas(reader.schema, writers).readable())):
+        log.warning(
+            "schema %d of subject %s cannot be read with its version %s: its records go to "
+            "quarantine as unreadable_schema (%s)",
+            sid,
+            settings.schema_subject,
+            reader.version,
+            unreadable(reader.schema, writers[sid]),
+        )
+    return AvroSchemas(reader.schema, writers)
+
+
+def parse(bronze: DataFrame, settings: Settings) -> DataFrame:
+    """The slice's rows parsed by the pipeline's definition (and its format)."""
+    return parse_events(bronze, settings.pipeline, settings.max_value_bytes, avro_schemas(settings))
+
+
 def parsed_slice(spark: SparkSession, settings: Settings, slice_id: str) -> DataFrame:
     """The slice's bronze rows, parsed and cached; the caller unpersists.
 
@@ -70,7 +97,7 @@ def parsed_slice(spark: SparkSession, settings: Settings, slice_id: str) -> Data
     costs several parses per row (see `parse_events`).
     """
     bronze = of_slice(spark, settings.table("bronze"), BRONZE, slice_id)
-    return parse_events(bronze, settings.pipeline, settings.max_value_bytes).cache()
+    return parse(bronze, settings).cache()
 
 
 @contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Callable, Iterable
@@ -30,6 +31,16 @@ def event_value(
             "payload": payload if payload is not None else {},
         }
     ).encode()
+
+
+def avro_value(schema_id: int, schema: dict[str, Any], record: dict[str, Any]) -> bytes:
+    """A record in the Confluent wire format: the magic byte 0, the writer schema's
+    registry id (4 bytes, big-endian), the record's Avro binary body."""
+    import fastavro
+
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(schema), record)
+    return b"\x00" + schema_id.to_bytes(4, "big") + body.getvalue()
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import pytest
 from slicewise.config import Settings, load_settings
 from slicewise_dev.broker import free_ports
 from slicewise_dev.producer import TxProducer
+from slicewise_dev.registry import LocalRegistry
 from slicewise_dev.s3 import LocalS3  # noqa: TC001 - a fixture's type
 from slicewise_dev.spark_cluster import LocalSparkCluster
 
@@ -63,6 +64,13 @@ def pipeline(
     pipeline_factory: Callable[..., tuple[Settings, TxProducer]],
 ) -> tuple[Settings, TxProducer]:
     return pipeline_factory()
+
+
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
+    """Apicurio Registry (its Confluent-compatible API) on a free loopback port."""
+    with LocalRegistry(tmp_path_factory.mktemp("registry"), load_settings().cache_dir) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

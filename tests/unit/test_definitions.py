@@ -122,6 +122,20 @@ BAD = [
 """,
         ["pipelines.orders.consumer_group", "'orders lag' is not a group id"],
     ),
+    (
+        """\
+pipelines:
+  orders:
+    topic: t
+    key: [id]
+    event_time: at
+    fields:
+      id: {type: string, required: true}
+      at: {type: timestamp, required: true}
+    schema_registry: {subject: orders-value}
+""",
+        ["pipelines.orders", "schema_registry: applies to format: avro"],
+    ),
     ("pipelines: [a", ["not valid YAML"]),
 ]
 
@@ -187,3 +201,30 @@ def test_an_unknown_expectation_fails_the_check_naming_pipeline_and_item():
     ).pipelines.values()
     with pytest.raises(PipelineDefinitionError, match=r"pipeline 'p', expectations\[0\]"):
         declared_expectations(p)
+
+
+def test_an_avro_pipeline_reads_its_subject_from_the_configured_registry(tmp_path):
+    from slicewise.config import load_settings
+    from slicewise.errors import ConfigError
+
+    path = tmp_path / "pipelines.yaml"
+    path.write_text(
+        "pipelines:\n  orders:\n    topic: orders\n    format: avro\n    key: [id]\n"
+        "    event_time: at\n    fields:\n      id: {type: string, required: true}\n"
+        "      at: {type: timestamp, required: true}\n"
+    )
+    env = {"SLICEWISE_PIPELINES_FILE": str(path), "SLICEWISE_STATE_DIR": str(tmp_path)}
+    with pytest.raises(ConfigError, match="set SLICEWISE_SCHEMA_REGISTRY_URL"):
+        load_settings(env)
+    settings = load_settings(
+        {
+            **env,
+            "SLICEWISE_SCHEMA_REGISTRY_URL": "http://registry:8081",
+            "SLICEWISE_SCHEMA_REGISTRY_USER": "etl",
+            "SLICEWISE_SCHEMA_REGISTRY_PASSWORD": "registry-secret",
+        }
+    )
+    assert settings.schema_subject == "orders-value"
+    assert settings.pipeline.reader_version == "latest"
+    assert settings.schema_registry is not None and settings.schema_registry.user == "etl"
+    assert "registry-secret" not in repr(settings)

@@ -20,7 +20,8 @@ DEV_STACK = INCLUDE / "slicewise_dev"
 # Bottom to top. A new module must be placed here: the test names it until it is.
 LAYERS: list[set[str]] = [
     {"slicewise", "errors"},  # the bases of the errors a person acts on
-    {"slices", "holds", "tables", "gate_engine", "kafka", "connect_auth"},
+    {"slices", "holds", "tables", "gate_engine", "kafka", "connect_auth", "avro"},
+    {"schema_registry"},
     {"freshness"},
     {"kafka.security", "pipelines"},
     {"config"},

