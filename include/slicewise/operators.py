@@ -13,7 +13,8 @@ login/password = SASL credentials, extra = librdkafka properties; see
 `slicewise.kafka.security.env_from_connection`). It is read when a task runs,
 never while the DAG is parsed, and reaches Spark as environment variables or
 settings, not as templates, so credentials never show among a task's rendered fields.
-SLICEWISE_AWS_CONN_ID does the same for the object store of the lakehouse and ledger.
+SLICEWISE_AWS_CONN_ID does the same for the object store of the lakehouse and ledger,
+and SLICEWISE_SCHEMA_REGISTRY_CONN_ID for an Avro pipeline's schema registry.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
 
 KAFKA_CONN_ID_ENV = "SLICEWISE_KAFKA_CONN_ID"
 AWS_CONN_ID_ENV = "SLICEWISE_AWS_CONN_ID"
+REGISTRY_CONN_ID_ENV = "SLICEWISE_SCHEMA_REGISTRY_CONN_ID"
 log = logging.getLogger(__name__)
 
 
@@ -66,15 +68,44 @@ def store_connection_env() -> dict[str, str]:
     return {name: str(value) for name, value in env.items() if value}
 
 
+def registry_connection_env() -> dict[str, str]:
+    """SLICEWISE_SCHEMA_REGISTRY_* from the connection named by
+    SLICEWISE_SCHEMA_REGISTRY_CONN_ID (an `http` connection: host, or a whole URL in
+    host; schema `https` or `http`; port; extra `path`, e.g. /apis/ccompat/v7 for
+    Apicurio; login and password when the registry asks); {} when none is set."""
+    conn_id = os.environ.get(REGISTRY_CONN_ID_ENV, "").strip()
+    if not conn_id:
+        return {}
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(conn_id)
+    host = conn.host or ""
+    url = host if "://" in host else f"{conn.schema or 'http'}://{host}"
+    if conn.port and "://" not in host:
+        url += f":{conn.port}"
+    url = url.rstrip("/") + str(dict(conn.extra_dejson or {}).get("path", ""))
+    env = {
+        "SLICEWISE_SCHEMA_REGISTRY_URL": url,
+        "SLICEWISE_SCHEMA_REGISTRY_USER": conn.login,
+        "SLICEWISE_SCHEMA_REGISTRY_PASSWORD": conn.password,
+    }
+    return {name: str(value) for name, value in env.items() if value}
+
+
+def connections_env() -> dict[str, str]:
+    """What the configured Airflow connections set: Kafka's and the schema registry's."""
+    return {**kafka_connection_env(), **registry_connection_env()}
+
+
 def task_settings(pipeline: str | None = None):
     """Settings of a pipeline for code running in an Airflow task: environment, then the
-    Kafka connection; and the object store's connection, if one is named, in the process
-    environment, where the ledger's store client reads credentials (they are never
-    logged or rendered)."""
+    Kafka and schema-registry connections; and the object store's connection, if one is
+    named, in the process environment, where the ledger's store client reads
+    credentials (they are never logged or rendered)."""
     from slicewise.config import load_settings
 
     os.environ.update(store_connection_env())
-    return load_settings({**os.environ, **kafka_connection_env()}, pipeline=pipeline)
+    return load_settings({**os.environ, **connections_env()}, pipeline=pipeline)
 
 
 def step_lineage(step: str, argv: list[str]) -> Any:
@@ -87,10 +118,10 @@ def step_lineage(step: str, argv: list[str]) -> Any:
 
 
 class SliceSparkSubmitOperator(SparkSubmitOperator):
-    """spark-submit of one slice step, with the Kafka connection's settings in its environment."""
+    """spark-submit of one slice step, with the connections' settings in its environment."""
 
     def execute(self, context: Any) -> None:
-        self.env_vars = {**(self.env_vars or {}), **kafka_connection_env()}
+        self.env_vars = {**(self.env_vars or {}), **connections_env()}
         super().execute(context)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from datetime import timedelta
@@ -185,3 +186,25 @@ def test_the_interval_sensor_defers_only_while_the_interval_is_open():
     open_ = IntervalClosedSensor(task_id="open", target_time=now + timedelta(hours=1))
     with pytest.raises(TaskDeferred):
         open_.execute({})
+
+
+def test_an_avro_pipelines_registry_can_come_from_an_airflow_connection(monkeypatch):
+    from slicewise.operators import registry_connection_env
+
+    assert registry_connection_env() == {}
+    connection = {
+        "conn_type": "http",
+        "host": "registry.internal",
+        "schema": "https",
+        "port": 8443,
+        "login": "etl",
+        "password": "registry-secret",
+        "extra": {"path": "/apis/ccompat/v7"},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_SCHEMA_REGISTRY", json.dumps(connection))
+    monkeypatch.setenv("SLICEWISE_SCHEMA_REGISTRY_CONN_ID", "schema_registry")
+    assert registry_connection_env() == {
+        "SLICEWISE_SCHEMA_REGISTRY_URL": "https://registry.internal:8443/apis/ccompat/v7",
+        "SLICEWISE_SCHEMA_REGISTRY_USER": "etl",
+        "SLICEWISE_SCHEMA_REGISTRY_PASSWORD": "registry-secret",
+    }
