@@ -127,23 +127,34 @@ class LocalRegistry:
         self._proc = None
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(
-            self.url + path,
-            data=data,
-            method=method,
-            headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
-        )
-        with urllib.request.urlopen(req, timeout=10) as answer:
-            return json.loads(answer.read() or b"null")
+        return request(self.url, method, path, body)
 
     def register(self, subject: str, schema: dict[str, Any] | str, kind: str = "AVRO") -> int:
-        """Register a schema under `subject` by the subject's compatibility rule; its id."""
-        text = schema if isinstance(schema, str) else json.dumps(schema)
-        body: dict[str, Any] = {"schema": text}
-        if kind != "AVRO":
-            body["schemaType"] = kind
-        return int(self.request("POST", f"/subjects/{subject}/versions", body)["id"])
+        return register(self.url, subject, schema, kind)
 
     def set_compatibility(self, subject: str, level: str) -> None:
         self.request("PUT", f"/config/{subject}", {"compatibility": level})
+
+
+def request(url: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    """One call to the Confluent-compatible API at `url` (a producer's, not slicewise's:
+    slicewise only reads schemas)."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        url.rstrip("/") + path,
+        data=data,
+        method=method,
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as answer:
+        return json.loads(answer.read() or b"null")
+
+
+def register(url: str, subject: str, schema: dict[str, Any] | str, kind: str = "AVRO") -> int:
+    """Register a schema under `subject`, as a producer's serializer does (the subject's
+    compatibility rule decides); its id. Registering a schema again returns its id."""
+    text = schema if isinstance(schema, str) else json.dumps(schema)
+    body: dict[str, Any] = {"schema": text}
+    if kind != "AVRO":
+        body["schemaType"] = kind
+    return int(request(url, "POST", f"/subjects/{subject}/versions", body)["id"])

@@ -17,11 +17,16 @@ contract does not know (schema drift), and Kafka timestamps skewed away from
 committed and valid, the aborted ones, and the exact (partition, offset) of every
 malformed record.
 
-Two shapes of events (`--shape`): `events`, the example pipeline's (a string
+Three shapes of events (`--shape`): `events`, the example pipeline's (a string
 `event_id`), and `orders`, keyed on (`tenant`, `order.id`), a nested field, with
 an epoch-millisecond `created_at` (the definition in docs/PIPELINES.md). In the
 manifest an order's key is `tenant|order_id`; half of the order ids exist under
 two tenants, so a key of the order id alone would merge distinct orders.
+`avro-events` are the `events` in Avro, in the Confluent wire format, with their
+schemas in the registry at SLICEWISE_SCHEMA_REGISTRY_URL (docs/examples/avro-events.yaml):
+the first half of the stream is written with version 1, the second with version 2,
+registered when the first record needs it (a new optional field, `channel`: a
+compatible evolution mid-stream); the malformed records break the wire format.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ from pathlib import Path
 
 from slicewise.cli import instant
 from slicewise.config import Settings, load_settings
-from slicewise_dev.producer import Record, TxProducer, ensure_topic, event_value
+from slicewise_dev.producer import Record, TxProducer, avro_value, ensure_topic, event_value
+from slicewise_dev.registry import register
 
 MALFORMED = [
     b"{not json",
@@ -100,6 +106,59 @@ SHAPES = {
 }
 
 
+EVENT_V1 = {
+    "type": "record",
+    "name": "Event",
+    "namespace": "slicewise.example",
+    "fields": [
+        {"name": "event_id", "type": "string"},
+        {"name": "event_type", "type": "string"},
+        {"name": "occurred_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "payload", "type": ["null", {"type": "map", "values": "long"}], "default": None},
+    ],
+}
+EVENT_V2 = {
+    **EVENT_V1,
+    "fields": [
+        *EVENT_V1["fields"],
+        {"name": "channel", "type": ["null", "string"], "default": None},
+    ],
+}
+CHANNELS = ["web", "ios", "android"]
+
+
+def avro_events(settings: Settings, switch_at: datetime) -> Shape:
+    """`events` in Avro: version 1 before `switch_at`, version 2 from then on."""
+    if settings.schema_registry is None:
+        raise ValueError("avro-events need a pipeline with format: avro and its registry")
+    url, subject = settings.schema_registry.url, settings.schema_subject
+    ids = {1: register(url, subject, EVENT_V1)}
+
+    def value(key: str, at: datetime, rng: random.Random) -> bytes:
+        event = {
+            "event_id": key,
+            "event_type": rng.choice(TYPES),
+            "occurred_at": int(at.timestamp() * 1000),
+            "payload": {"n": rng.randint(1, 500)},
+        }
+        if at < switch_at:
+            return avro_value(ids[1], EVENT_V1, event)
+        if 2 not in ids:  # the producers upgrade: the registry checks the new version
+            ids[2] = register(url, subject, EVENT_V2)
+        return avro_value(ids[2], EVENT_V2, {**event, "channel": rng.choice(CHANNELS)})
+
+    at = int(switch_at.timestamp() * 1000)
+    malformed = [
+        b'{"event_id": "json", "event_type": "x"}',  # not_wire_format
+        b"\x00\x00",  # not_wire_format: too short
+        # unknown_schema_id: an id the registry never gave
+        avro_value(2**31 - 1, EVENT_V1, {"event_id": "u", "event_type": "x", "occurred_at": at}),
+        b"\x00" + ids[1].to_bytes(4, "big") + b"\x02",  # undecodable: cut off in event_id
+        avro_value(ids[1], EVENT_V1, {"event_id": " ", "event_type": "x", "occurred_at": at}),
+    ]
+    return Shape("avro-events", SHAPES["events"].key, value, malformed)
+
+
 @dataclass
 class Manifest:
     topic: str
@@ -149,8 +208,11 @@ def produce(
 ) -> Manifest:
     """Send `events` new events spread over `intervals` intervals (hours by default) from
     `start`; return the oracle."""
-    kind = SHAPES[shape]
     rng = random.Random(seed)
+    if shape == "avro-events":
+        kind = avro_events(settings, start + intervals * interval / 2)
+    else:
+        kind = SHAPES[shape]
     conf = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka_props}
     ensure_topic(conf, settings.topic, partitions)
     manifest = Manifest(settings.topic)
@@ -160,7 +222,9 @@ def produce(
     def record(event_id: str, at: datetime) -> Record:
         skew = timedelta(minutes=rng.uniform(-1, 1) * faults.skew_minutes)
         value = kind.value(event_id, at, rng)
-        drifted = faults.drift_rate and rng.random() < faults.drift_rate
+        drifted = (
+            faults.drift_rate and kind.name != "avro-events" and rng.random() < faults.drift_rate
+        )
         if drifted:  # schema drift that stays within the contract: a new field
             value = json.dumps({**json.loads(value), "schema_version": 2}).encode()
         return Record(
@@ -239,7 +303,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--skew-minutes", type=int, default=0)
     parser.add_argument("--drift-rate", type=float, default=0.0, help="events with a new field")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="events", help="event shape")
+    parser.add_argument(
+        "--shape", choices=[*sorted(SHAPES), "avro-events"], default="events", help="event shape"
+    )
     parser.add_argument("--manifest", type=Path, required=True, help="where to write the oracle")
     return parser
 
