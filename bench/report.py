@@ -29,6 +29,10 @@ def ratios(r: dict) -> dict[str, float]:
                 size["w1"]["warm_seconds"]
             ) / statistics.median(size["w2"]["warm_seconds"])
         out[f"W2/W1 peak memory ({label})"] = size["w2"]["peak_rss"] / size["w1"]["peak_rss"]
+        if "w2avro" in size:  # the same records in Avro: the decode's cost
+            out[f"W2 on JSON / W2 on Avro ({label})"] = (
+                size["w2"]["seconds"] / size["w2avro"]["seconds"]
+            )
     if "w1_airflow" in r and "w2_airflow" in r:
         out["W2/W1 via Airflow"] = r["w1_airflow"]["seconds"] / r["w2_airflow"]["seconds"]
     first = r["slices"][0]["w2"]
@@ -90,10 +94,13 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
         "w0": ("W0", "batch read of the offsets -> Parquet, no dedup (ceiling)"),
         "w1": ("W1", "Structured Streaming AvailableNow, foreachBatch bronze + MERGE"),
         "w2": ("W2", "ours: plan, ingest (bronze + silver), gate, publish, one session"),
+        "w2avro": ("W2 on Avro", "W2 on the same records in Avro (wire format, a registry)"),
     }
     for size in r["slices"]:
         rows = size["w2"]["rows"]
         for key, (name, text) in what.items():
+            if key not in size:
+                continue
             w = size[key]
             lines.append(
                 f"| {size['records']:,} | {name} | {text} | {_median_and_range(w)} "

@@ -8,13 +8,16 @@ slice of committed offsets (with duplicates, malformed records and aborted
 transactions); W0, W1 and W2 read exactly that slice, each in a fresh process
 (bench/workloads.py). The first size also runs through Airflow and sets W3's
 MERGE slice; the largest measures read_committed against read_uncommitted
-(--isolation-repeats times). Prints a markdown table and writes it, the raw
+(--isolation-repeats times). With `w2avro`, W2 also runs on the same number of
+records in Avro (docs/examples/avro-events.yaml, the schemas in a local Apicurio
+registry) beside W2 on JSON. Prints a markdown table and writes it, the raw
 numbers and a plot to bench/results/.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -38,6 +41,7 @@ from slicewise_dev.airflow_env import airflow_env
 from slicewise_dev.airflow_services import AirflowServices
 from slicewise_dev.broker import free_ports, running_broker
 from slicewise_dev.producer import Record, TxProducer
+from slicewise_dev.registry import LocalRegistry
 from slicewise_dev.source import Faults
 
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -117,7 +121,8 @@ def workload(name: str, params: dict, work: Path) -> dict:
 
 # Rounds per process: W1 and W2 run twice in one driver, the second time on fresh tables,
 # so the report has the warm steady state of a long-lived driver beside the cold figure.
-ROUNDS = {"w0": 1, "w1": 2, "w2": 2}
+ROUNDS = {"w0": 1, "w1": 2, "w2": 2, "w2avro": 2}
+AVRO_DEFINITION = REPO_ROOT / "docs" / "examples" / "avro-events.yaml"
 
 
 def median_run(runs: list[dict]) -> dict:
@@ -250,6 +255,19 @@ def machine() -> str:
     )
 
 
+def produce_avro(settings: Settings, start: datetime, n: int) -> dict:
+    """The same stream in Avro (`avro-events`: a schema version mid-hour), with ~0.1 %
+    records that break the wire format in place of the truncated JSON."""
+    faults = Faults(
+        duplicate_rate=0.01, aborted_rate=0.02, malformed_rate=0.001, open_transactions=0
+    )
+    m = source.produce(
+        settings, start, 1, n, faults, PARTITIONS, seed=1, batch=10_000, shape="avro-events"
+    )
+    committed = len(m.committed_valid) + m.duplicates_sent + len(m.malformed)
+    return {"committed": committed, "malformed": len(m.malformed)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -271,7 +289,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=("w0", "w1", "w2", "airflow", "w3", "isolation"),
+        choices=("w0", "w1", "w2", "w2avro", "airflow", "w3", "isolation"),
         help="a subset (no report)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -282,21 +300,37 @@ def main() -> None:
     chosen = set(args.only or ("w0", "w1", "w2", "airflow", "w3", "isolation"))
     start = (datetime.now(UTC) - timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
     results: dict = {"slices": []}
-    with running_broker(work / "broker") as broker:
+    cache = load_settings().cache_dir
+    with contextlib.ExitStack() as services:
+        broker = services.enter_context(running_broker(work / "broker"))
+        registry = (
+            services.enter_context(LocalRegistry(work / "registry", cache))
+            if "w2avro" in chosen
+            else None
+        )
         for n in args.records:
 
             def env_for(name: str, n: int = n) -> dict[str, str]:
-                return {
+                env = {
                     "SLICEWISE_KAFKA_BOOTSTRAP": broker.bootstrap,
                     "SLICEWISE_STATE_DIR": str(work / str(n) / name),
                     "SLICEWISE_TOPIC": f"bench-{n}",
-                    "SLICEWISE_CACHE_DIR": str(load_settings().cache_dir),
+                    "SLICEWISE_CACHE_DIR": str(cache),
                     "SLICEWISE_GRACE_SECONDS": "0",
                 }
+                if name.startswith("w2avro") and registry is not None:
+                    env |= {
+                        "SLICEWISE_TOPIC": f"bench-avro-{n}",
+                        "SLICEWISE_PIPELINES_FILE": str(AVRO_DEFINITION),
+                        "SLICEWISE_SCHEMA_REGISTRY_URL": registry.url,
+                    }
+                return env
 
             t0 = time.perf_counter()
             produced = produce(load_settings(env_for("ref")), start, n)
             produced["seconds"] = time.perf_counter() - t0
+            if registry is not None:
+                produced["avro"] = produce_avro(load_settings(env_for("w2avro-ref")), start, n)
             sl = plan_slice(load_settings(env_for("ref")), start, start + timedelta(hours=1))
             ranges = {str(p): list(r) for p, r in sl.ranges.items()}
             print(f"produced {produced}; {sl.describe()}", flush=True)
@@ -304,7 +338,7 @@ def main() -> None:
             common = {"ranges": ranges, "start": start.isoformat(), "work": str(work / str(n))}
             size: dict = {"records": n, "produced": produced}
             runs: dict[str, list[dict]] = {}
-            names = [name for name in ("w0", "w1", "w2") if name in chosen]
+            names = [name for name in ("w0", "w1", "w2", "w2avro") if name in chosen]
             for rep in range(args.repeats if names else 0):
                 # Alternating order: no workload always runs first, or always after another.
                 for name in names[rep % len(names) :] + names[: rep % len(names)]:
