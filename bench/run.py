@@ -297,7 +297,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="slicewise-bench-"))
     cores = os.cpu_count() or 1
-    chosen = set(args.only or ("w0", "w1", "w2", "airflow", "w3", "isolation"))
+    chosen = set(args.only or ("w0", "w1", "w2", "w2avro", "airflow", "w3", "isolation"))
     start = (datetime.now(UTC) - timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
     results: dict = {"slices": []}
     cache = load_settings().cache_dir
