@@ -108,7 +108,10 @@ def test_two_attempts_of_ingest_at_once_commit_once(spark, spark_remote, pipelin
     producer.send([ev(f"z-{n}", 0.1 + n / 1000, n % 3) for n in range(300)])
     sl = plan_slice(settings, at(0), at(1), now=LATER)
     results = race(spark_remote, settings, run_ingest, sl.slice_id)
-    assert sorted(r.bronze.committed for r in results) == [False, True]
+    # At most one attempt commits bronze. The winner may report False too: when its
+    # silver MERGE loses a conflict to the other attempt, the whole step retries and
+    # then finds bronze holding the slice. The rows below prove the single commit.
+    assert sum(r.bronze.committed for r in results) <= 1
     bronze, silver = table(spark, settings, "bronze"), table(spark, settings, "silver")
     assert bronze.count() == 300 == bronze.select("partition", "offset").distinct().count()
     assert silver.count() == 300 == silver.select("event_id").distinct().count()
