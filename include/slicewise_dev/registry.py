@@ -11,10 +11,8 @@ on loopback, the management port (0.0.0.0:9000 by default) included.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import tarfile
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -22,6 +20,7 @@ from typing import Any
 
 from slicewise.connect_server import port_open
 from slicewise_dev.broker import free_ports
+from slicewise_dev.s3 import fetched_artifact
 
 APICURIO_VERSION = "3.3.3"
 ARTIFACT = f"io.apicurio:apicurio-registry-app:{APICURIO_VERSION}:tar.gz:all"
@@ -33,23 +32,11 @@ def apicurio_app(cache_dir: Path) -> Path:
     found = list(home.glob("**/quarkus-run.jar"))
     if found:
         return found[0].parent
-    if shutil.which("mvn") is None:
-        raise RuntimeError("Maven (`mvn`) is needed once to fetch Apicurio; apt-get install maven")
-    home.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="apicurio-", dir=home.parent))
-    try:
-        subprocess.run(
-            ["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={ARTIFACT}",
-             f"-DoutputDirectory={scratch}"],
-            check=True,
-        )  # fmt: skip
-        (archive,) = scratch.glob("*.tar.gz")
-        unpacked = scratch / "app"
+    with fetched_artifact(ARTIFACT, home.parent, "apicurio") as archive:
+        unpacked = archive.parent / "app"
         with tarfile.open(archive) as tar:
             tar.extractall(unpacked, filter="data")
         unpacked.rename(home)  # whole, or not at all
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     (run,) = home.glob("**/quarkus-run.jar")
     return run.parent
 

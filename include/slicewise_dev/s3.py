@@ -8,10 +8,12 @@ that backend, so creating one is a mkdir.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from slicewise.connect_server import port_open
@@ -21,11 +23,33 @@ S3PROXY_VERSION = "4.1.0"
 ARTIFACT = f"org.gaul:s3proxy:{S3PROXY_VERSION}:jar:jar-with-dependencies"
 
 
+@contextlib.contextmanager
+def fetched_artifact(artifact: str, parent: Path, what: str) -> Iterator[Path]:
+    """One artifact from Maven Central, in a scratch folder under `parent` that is
+    deleted afterwards: the caller moves what it keeps into place whole, or not at all."""
+    if shutil.which("mvn") is None:
+        raise RuntimeError(f"Maven (`mvn`) is needed once to fetch {what}; apt-get install maven")
+    parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f"{what}-", dir=parent))
+    try:
+        subprocess.run(
+            ["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={artifact}",
+             f"-DoutputDirectory={scratch}"],
+            check=True,
+        )  # fmt: skip
+        (fetched,) = [p for p in scratch.iterdir() if p.is_file()]
+        yield fetched
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def s3proxy_jar(cache_dir: Path) -> Path:
     """The server's jar, copied out of Maven Central once."""
     jar = cache_dir / f"s3proxy-{S3PROXY_VERSION}" / "s3proxy.jar"
-    if jar.is_file():
-        return jar
+    if not jar.is_file():
+        with fetched_artifact(ARTIFACT, jar.parent, "s3proxy") as fetched:
+            fetched.rename(jar)
+    return jar
     if shutil.which("mvn") is None:
         raise RuntimeError("Maven (`mvn`) is needed once to fetch s3proxy; apt-get install maven")
     jar.parent.mkdir(parents=True, exist_ok=True)
