@@ -224,7 +224,6 @@ def parse_events(
     )
     typed = read.select(
         "*",
-        *[_kind(F.col(names[path]), spec).alias(f"{names[path]}_kind") for path, spec in fields],
         *[
             _extract(F.col(names[path]), spec).alias(f"{names[path]}_value")
             for path, spec in fields
@@ -232,6 +231,12 @@ def parse_events(
     )
     timed = typed.select(
         "*",
+        *[
+            _kind(F.col(names[path]), F.col(f"{names[path]}_value"), spec).alias(
+                f"{names[path]}_kind"
+            )
+            for path, spec in fields
+        ],
         *[
             _as_time(F.col(f"{names[path]}_value"), spec).alias(f"{names[path]}_time")
             for path, spec in fields
@@ -270,7 +275,7 @@ def parse_events(
             return F.col(f"{n}_time")
         if spec.type in ("object", "array"):
             # A JSON null is no value, as for the other types (not the text "null").
-            return F.when(~F.is_variant_null(F.col(n)), F.to_json(F.col(n)))
+            return F.when(~F.is_variant_null(F.col(n)), F.col(f"{n}_value"))
         return F.col(f"{n}_value")
 
     event_time = column(pipeline.event_time, pipeline.fields[pipeline.event_time])
@@ -285,14 +290,14 @@ def parse_events(
     )
 
 
-def _kind(raw: Column, spec: FieldSpec) -> Column:
+def _kind(raw: Column, value: Column, spec: FieldSpec) -> Column:
     """The value's JSON type as `schema_of_variant` names it; null when absent.
 
-    For an object or array field only its opening character is looked at: the
-    field's column is its JSON text anyway, and `schema_of_variant` would walk the
-    whole value (an object's type names every nested field)."""
+    For an object or array field only the opening character of its JSON text
+    (`value`, from `_extract`) is looked at: `schema_of_variant` would walk the whole
+    value (an object's type names every nested field)."""
     if spec.type in ("object", "array"):
-        opening = F.substring(F.to_json(raw), 1, 1)
+        opening = F.substring(value, 1, 1)
         return (
             F.when(raw.isNull(), F.lit(None))
             .when(opening == "{", F.lit("OBJECT"))
@@ -303,9 +308,10 @@ def _kind(raw: Column, spec: FieldSpec) -> Column:
 
 
 def _extract(raw: Column, spec: FieldSpec) -> Column:
-    """The value as its declared scalar (before a time is parsed); null for JSON values."""
+    """The value as its declared scalar (before a time is parsed); an object's or
+    array's JSON text, written once for its kind and its column."""
     if spec.type in ("object", "array"):
-        return F.lit(None).cast("string")
+        return F.to_json(raw)
     if _is_epoch(spec):
         as_type = "bigint" if _format(spec) == "epoch_millis" else "double"
     else:
