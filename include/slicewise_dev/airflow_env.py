@@ -26,6 +26,7 @@ from pathlib import Path
 import psutil
 
 from slicewise.config import REPO_ROOT, Settings, load_settings
+from slicewise_dev.process import end_tree
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -117,25 +118,6 @@ def standalone(env: dict[str, str]) -> int:
     finally:
         pid_file(env).unlink(missing_ok=True)
     return 0 if stopping else code
-
-
-def end_tree(pid: int, timeout: float = 30.0) -> None:
-    """SIGTERM the process group of `pid` and every descendant (some start sessions of
-    their own), then SIGKILL whatever is left after `timeout`."""
-    try:
-        tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        tree = []
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGTERM)
-    for p in tree:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.terminate()
-    _, alive = psutil.wait_procs(tree, timeout=timeout)
-    for p in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
-    psutil.wait_procs(alive, timeout=5)
 
 
 def stop(env: dict[str, str], timeout: float = 60.0) -> int:

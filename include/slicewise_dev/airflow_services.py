@@ -19,13 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO
 
 from sqlalchemy import create_engine, text
 
 from slicewise.connect_server import port_open
-from slicewise_dev.airflow_env import VENV_BIN, end_tree, migrate
+from slicewise_dev.airflow_env import VENV_BIN, migrate
 from slicewise_dev.broker import free_ports
+from slicewise_dev.process import Child, wait_until
 
 DAG_ID = "slicewise_events"
 FINISHED = ("success", "failed")
@@ -101,7 +101,7 @@ class AirflowServices:
         if triggerer:
             self.components.append(["triggerer"])
         self.db = create_engine(self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
-        self._procs: list[tuple[subprocess.Popen[bytes], IO[str]]] = []
+        self._children: list[Child] = []
 
     def __enter__(self) -> AirflowServices:
         self.start()
@@ -115,41 +115,30 @@ class AirflowServices:
         airflow(self.env, "dags", "reserialize")  # no dag-processor: the DAGs are parsed once
         for dag_id in self.dag_ids:
             airflow(self.env, "dags", "unpause", dag_id)
-        self.logs.mkdir(parents=True, exist_ok=True)
-        for component in self.components:
-            out = open(self.logs / f"airflow-{component[0]}.log", "w")  # noqa: SIM115 - closed in stop()
-            proc = subprocess.Popen(
-                command(component),
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            self._procs.append((proc, out))
-        deadline = time.monotonic() + timeout
+        self._children = [
+            Child(command(c), self.logs / f"airflow-{c[0]}.log", env=self.env)
+            for c in self.components
+        ]
         # Ready once the execution API answers: its first request takes seconds (the app
         # is built lazily), which the first task would otherwise wait out.
-        while not execution_api_ready(self.port):
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(
-                    f"the api-server did not answer in {timeout:.0f}s:\n{self.tail()}"
-                )
-            time.sleep(1)
+        wait_until(
+            lambda: execution_api_ready(self.port),
+            self._children,
+            "Airflow's api-server",
+            timeout,
+            interval=1,
+        )
 
     def stop(self) -> None:
         """End every component and whatever it started (the executor's workers too)."""
-        for proc, out in self._procs:
-            end_tree(proc.pid)
-            out.close()
-        self._procs = []
+        for child in self._children:
+            child.stop(timeout=30)
+        self._children = []
         self.db.dispose()
 
     def pid(self, component: str) -> int:
         """The process id of a running component ("scheduler", "api-server", ...)."""
-        return next(
-            p.pid for p, out in self._procs if Path(out.name).stem == f"airflow-{component}"
-        )
+        return next(c.pid for c in self._children if c.log.stem == f"airflow-{component}")
 
     def tail(self) -> str:
         return "\n".join(

@@ -11,15 +11,14 @@ on loopback, the management port (0.0.0.0:9000 by default) included.
 from __future__ import annotations
 
 import json
-import subprocess
 import tarfile
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from slicewise.connect_server import port_open
 from slicewise_dev.broker import free_ports
+from slicewise_dev.process import Child, wait_until
 from slicewise_dev.s3 import fetched_artifact
 
 APICURIO_VERSION = "3.3.3"
@@ -59,7 +58,7 @@ class LocalRegistry:
         self.cache_dir = cache_dir
         self.port, self.management_port = free_ports(2)
         self.url = f"http://127.0.0.1:{self.port}/apis/ccompat/v7"
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._child: Child | None = None
 
     def __enter__(self) -> LocalRegistry:
         self.start()
@@ -71,8 +70,7 @@ class LocalRegistry:
     def start(self, timeout: float = 120) -> None:
         app = apicurio_app(self.cache_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        log = (self.state_dir / "registry.log").open("w")
-        self._proc = subprocess.Popen(
+        self._child = Child(
             [
                 java21(),
                 "-Dquarkus.http.host=127.0.0.1",
@@ -82,19 +80,15 @@ class LocalRegistry:
                 "-jar",
                 str(app / "quarkus-run.jar"),
             ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            self.state_dir / "registry.log",
             cwd=self.state_dir,
-            start_new_session=True,
         )
-        deadline = time.monotonic() + timeout
-        while not (port_open(self.port) and self._answers()):
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(
-                    f"the schema registry did not start; see {self.state_dir / 'registry.log'}"
-                )
-            time.sleep(0.5)
+        wait_until(
+            lambda: port_open(self.port) and self._answers(),
+            [self._child],
+            "the schema registry",
+            timeout,
+        )
 
     def _answers(self) -> bool:
         try:
@@ -104,14 +98,9 @@ class LocalRegistry:
             return False
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._proc = None
+        if self._child is not None:
+            self._child.stop()
+        self._child = None
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         return request(self.url, method, path, body)

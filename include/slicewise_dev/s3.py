@@ -12,12 +12,12 @@ import contextlib
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from slicewise.connect_server import port_open
 from slicewise_dev.broker import free_ports
+from slicewise_dev.process import Child, wait_until
 
 S3PROXY_VERSION = "4.1.0"
 ARTIFACT = f"org.gaul:s3proxy:{S3PROXY_VERSION}:jar:jar-with-dependencies"
@@ -79,7 +79,7 @@ class LocalS3:
         self.cache_dir = cache_dir
         (self.port,) = free_ports(1)
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._child: Child | None = None
 
     def __enter__(self) -> LocalS3:
         self.start()
@@ -116,26 +116,12 @@ class LocalS3:
             "jclouds.provider=filesystem-nio2\n"
             f"jclouds.filesystem.basedir={objects}\n"
         )
-        log = (self.state_dir / "s3proxy.log").open("w")
-        self._proc = subprocess.Popen(
-            ["java", "-jar", str(jar), "--properties", str(conf)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        self._child = Child(
+            ["java", "-jar", str(jar), "--properties", str(conf)], self.state_dir / "s3proxy.log"
         )
-        deadline = time.monotonic() + timeout
-        while not port_open(self.port):
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"s3proxy did not start; see {self.state_dir / 's3proxy.log'}")
-            time.sleep(0.5)
+        wait_until(lambda: port_open(self.port), [self._child], "s3proxy", timeout)
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._proc = None
+        if self._child is not None:
+            self._child.stop()
+        self._child = None

@@ -13,20 +13,15 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
 from slicewise_dev.broker import free_ports
+from slicewise_dev.process import Child, wait_until
 
 SPARK_CLASS = Path(sys.executable).parent / "spark-class"
-
-
-class ClusterError(RuntimeError):
-    """The master or the worker did not come up; the message carries its log."""
 
 
 class LocalSparkCluster:
@@ -37,7 +32,7 @@ class LocalSparkCluster:
         self.cores = cores
         self.memory = memory
         self.port, self.webui_port, self.worker_port, self.worker_webui_port = free_ports(4)
-        self._procs: list[subprocess.Popen] = []
+        self._children: list[Child] = []
 
     @property
     def master_url(self) -> str:
@@ -85,38 +80,18 @@ class LocalSparkCluster:
             ],
             env,
         )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while not self._worker_alive():
-            for name, proc in zip(("master", "worker"), self._procs, strict=True):
-                if proc.poll() is not None:
-                    self.stop()
-                    raise ClusterError(f"Spark {name} exited:\n{self.log_tail(name)}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ClusterError(
-                    f"no worker registered with {self.master_url} after {timeout:.0f}s:\n"
-                    f"{self.log_tail('master')}\n{self.log_tail('worker')}"
-                )
-            time.sleep(1)
+        wait_until(
+            self._worker_alive,
+            self._children,
+            f"the Spark cluster at {self.master_url} (a worker registered)",
+            timeout,
+            interval=1,
+        )
 
     def stop(self, timeout: float = 30.0) -> None:
-        for proc in reversed(self._procs):  # worker first, so the master sees it leave
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-        self._procs.clear()
-
-    def log_tail(self, name: str, lines: int = 30) -> str:
-        path = self.home / f"{name}.log"
-        return (
-            "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-            if path.exists()
-            else ""
-        )
+        for child in reversed(self._children):  # worker first, so the master sees it leave
+            child.stop(timeout)
+        self._children.clear()
 
     def __enter__(self) -> LocalSparkCluster:
         self.start()
@@ -126,16 +101,7 @@ class LocalSparkCluster:
         self.stop()
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> None:
-        with open(self.home / f"{name}.log", "w") as log:
-            self._procs.append(
-                subprocess.Popen(
-                    [str(SPARK_CLASS), *args],
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # its own process group: stop() ends the JVM too
-                )
-            )
+        self._children.append(Child([str(SPARK_CLASS), *args], self.home / f"{name}.log", env))
 
     def _worker_alive(self) -> bool:
         try:

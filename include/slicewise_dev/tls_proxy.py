@@ -11,11 +11,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from slicewise.connect_server import port_open
 from slicewise_dev.broker import free_ports
+from slicewise_dev.process import Child, wait_until
 
 
 def nginx_binary(cache_dir: Path) -> Path:
@@ -89,7 +89,7 @@ class TlsProxy:
         self.cache_dir = cache_dir
         self.upstream = upstream
         (self.port,) = free_ports(1)
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._child: Child | None = None
 
     @property
     def url(self) -> str:
@@ -105,22 +105,14 @@ class TlsProxy:
                 home=self.home, port=self.port, cert=self.cert, key=key, upstream=self.upstream
             )
         )
-        log = self.home / "error.log"
-        self._proc = subprocess.Popen(
-            [str(binary), "-p", str(self.home), "-c", str(conf), "-e", str(log)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.STDOUT,
+        log = self.home / "error.log"  # nginx's own error log, and its output
+        self._child = Child(
+            [str(binary), "-p", str(self.home), "-c", str(conf), "-e", str(log)], log
         )
-        deadline = time.monotonic() + 30
-        while not port_open(self.port):
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self.__exit__()
-                raise RuntimeError(f"nginx did not start:\n{log.read_text(errors='replace')}")
-            time.sleep(0.1)
+        wait_until(lambda: port_open(self.port), [self._child], "nginx", 30, interval=0.1)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._proc is not None:
-            self._proc.terminate()
-            self._proc.wait(timeout=10)
-            self._proc = None
+        if self._child is not None:
+            self._child.stop(timeout=10)
+            self._child = None
