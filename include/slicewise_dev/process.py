@@ -1,7 +1,7 @@
 """The dev stack's child servers: started, waited for, stopped, all one way.
 
 Each server (s3proxy, the schema registry, Airflow's components, a Spark master and
-worker) runs in a session of its own, so a Ctrl-C in the terminal reaches only us and
+worker, nginx) runs in a session of its own, so a Ctrl-C in the terminal reaches only us and
 stopping it ends whatever it started; its output goes to a log file whose tail goes
 into every error. The Kafka broker is the exception: it outlives the process that
 started it (a pid file finds it again), so `broker.py` keeps its own lifecycle.

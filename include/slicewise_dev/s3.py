@@ -50,21 +50,6 @@ def s3proxy_jar(cache_dir: Path) -> Path:
         with fetched_artifact(ARTIFACT, jar.parent, "s3proxy") as fetched:
             fetched.rename(jar)
     return jar
-    if shutil.which("mvn") is None:
-        raise RuntimeError("Maven (`mvn`) is needed once to fetch s3proxy; apt-get install maven")
-    jar.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="s3proxy-", dir=jar.parent))
-    try:
-        subprocess.run(
-            ["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={ARTIFACT}",
-             f"-DoutputDirectory={scratch}"],
-            check=True,
-        )  # fmt: skip
-        (fetched,) = scratch.glob("*.jar")
-        fetched.rename(jar)  # whole, or not at all
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return jar
 
 
 class LocalS3:
