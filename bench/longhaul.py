@@ -50,9 +50,10 @@ from slicewise.ledger import Ledger
 from slicewise.maintenance import run_maintenance
 from slicewise.planner import plan_slice
 from slicewise.publish import run_publish
+from slicewise.schemas import BRONZE, QUARANTINE
 from slicewise.slices import Boundary, slice_between
 from slicewise.spark import remote_session
-from slicewise.tables import BRONZE, QUARANTINE, append_once, delta_ref, side_by_side
+from slicewise.tables import append_once, delta_ref, side_by_side
 from slicewise_dev.broker import free_ports, running_broker
 from slicewise_dev.counting_store import CountingStore
 from slicewise_dev.producer import Record, TxProducer, event_value

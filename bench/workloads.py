@@ -214,10 +214,10 @@ def w2(settings: Settings, params: dict) -> dict:
 
 def w2_once(spark: SparkSession, settings: Settings, start: datetime) -> dict:
     from slicewise.gate import run_gate
+    from slicewise.gate_facts import SliceCounts
     from slicewise.ingest import run_ingest
     from slicewise.planner import plan_slice
     from slicewise.publish import run_publish
-    from slicewise.reconcile import SliceCounts
 
     steps: dict[str, float] = {}
     steps["plan"], sl = timed(lambda: plan_slice(settings, start, start + timedelta(hours=1)))

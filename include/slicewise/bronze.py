@@ -24,9 +24,9 @@ from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.kafka.offsets import TopicOffsets
 from slicewise.ledger import BRONZE_DROPPED, Ledger, slice_to_json
+from slicewise.schemas import BRONZE
 from slicewise.slices import DataLossError, Slice, find_data_loss
 from slicewise.tables import (
-    BRONZE,
     append_once,
     commit_metrics,
     conform,

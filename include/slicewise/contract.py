@@ -1,4 +1,4 @@
-"""A pipeline definition compiled to Spark: silver's schema, the parse and its rules.
+"""A pipeline definition compiled to Spark: the parse and its rules, the survivor order.
 
 The parse turns each bronze record into the declared columns and a `reason`
 (null when the record keeps the contract). It is built from column expressions
@@ -25,37 +25,16 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    BooleanType,
-    DataType,
-    DateType,
-    DoubleType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
 from slicewise.avro import WIRE_REASONS, AvroSchemas, decoded_text, wire_reason
 from slicewise.pipelines import EPOCH_FORMATS, FieldSpec, Pipeline
+from slicewise.schemas import KAFKA_POSITION
 
 DEFAULT_FORMATS = {"timestamp": "yyyy-MM-dd'T'HH:mm:ss[.SSSSSSSSS]XXX", "date": "yyyy-MM-dd"}
 
 RECORD_REASONS = ("null_value", "oversized_value", "invalid_utf8", "invalid_json", "not_an_object")
 FIELD_RULES = ("missing", "wrong_type", "blank", "not_allowed", "unparseable_time")
 
-SPARK_TYPES: dict[str, DataType] = {
-    "string": StringType(),
-    "integer": LongType(),
-    "number": DoubleType(),
-    "boolean": BooleanType(),
-    "timestamp": TimestampType(),
-    "date": DateType(),
-    "object": StringType(),  # JSON text
-    "array": StringType(),  # JSON text
-}
 # What `try_variant_get` extracts a present value as, before a time is parsed.
 _EXTRACT = {
     "string": "string",
@@ -63,7 +42,6 @@ _EXTRACT = {
     "number": "double",
     "boolean": "boolean",
 }
-KAFKA_POSITION = ("kafka_partition", "kafka_offset")
 
 
 def reasons(pipeline: Pipeline) -> tuple[str, ...]:
@@ -82,45 +60,6 @@ def _format(spec: FieldSpec) -> str:
 
 def _is_epoch(spec: FieldSpec) -> bool:
     return spec.type == "timestamp" and _format(spec) in EPOCH_FORMATS
-
-
-def silver_schema(pipeline: Pipeline) -> StructType:
-    """Silver's columns: the declared fields, the event date, the Kafka position, the slice."""
-    return StructType(
-        [
-            *[
-                StructField(pipeline.column_of(path), SPARK_TYPES[spec.type], not spec.required)
-                for path, spec in pipeline.fields.items()
-            ],
-            StructField("event_date", DateType(), False),
-            StructField("kafka_partition", IntegerType(), False),
-            StructField("kafka_offset", LongType(), False),
-            StructField("kafka_timestamp", TimestampType(), True),
-            StructField("slice_id", StringType(), False),
-        ]
-    )
-
-
-def slice_ids_schema(pipeline: Pipeline) -> StructType:
-    """Per slice, its valid events' distinct keys, their copies and surviving event date
-    (written by silver, read by the gate and publish in place of a second parse)."""
-    silver = {f.name: f for f in silver_schema(pipeline).fields}
-    return StructType(
-        [
-            StructField("slice_id", StringType(), False),
-            *[silver[c] for c in pipeline.key_columns],
-            StructField("copies", LongType(), False),
-            StructField("event_date", DateType(), False),
-        ]
-    )
-
-
-def required_columns(pipeline: Pipeline) -> tuple[str, ...]:
-    """Silver columns that may never be null."""
-    return (
-        *[pipeline.column_of(p) for p, spec in pipeline.fields.items() if spec.required],
-        "event_date",
-    )
 
 
 def survivor_order(pipeline: Pipeline) -> list[Column]:
@@ -186,76 +125,97 @@ def parse_events(
     schemas of its subject) is the value decoded and written as JSON text
     (`avro.decoded_text`), with the wire format's reasons ahead of the rules.
 
-    Built in stages (parse, read fields, type them, judge), each a projection of its
+    Built in named stages (`record_text`, `read_fields`, `typed_fields`, then
+    `quarantine_reason` and `declared_columns` over them), each a projection of its
     own, so a materialized result parses each document once: Spark keeps a projection
     apart from the next when merging them would repeat a costly expression. A filter on
     `reason` is still pushed below the stages and evaluated inline, re-parsing the
     document in each branch of the rules (~4x the cost on 500k records): filter a
     cached result (`silver.parsed_slice`).
     """
-    fields = list(pipeline.fields.items())
-    names = {path: f"_f{i}" for i, (path, _) in enumerate(fields)}
+    staged = typed_fields(read_fields(record_text(bronze, avro), pipeline), pipeline)
+    return staged.select(
+        *[F.col(c) for c in bronze.columns],
+        *declared_columns(pipeline),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        quarantine_reason(pipeline, max_value_bytes, wire=avro is not None).alias("reason"),
+    )
+
+
+def _staged(pipeline: Pipeline) -> list[tuple[str, FieldSpec, str]]:
+    """Each declared field with the name of its stage columns (`_f<i>`, `_f<i>_value`, ...)."""
+    return [(path, spec, f"_f{i}") for i, (path, spec) in enumerate(pipeline.fields.items())]
+
+
+def record_text(bronze: DataFrame, avro: AvroSchemas | None) -> DataFrame:
+    """Stage 1: each record's JSON text (`_text`) and the wire format's reason (`_wire`)."""
     if avro is None:
-        source = bronze.select(
+        return bronze.select(
             "*",
             F.col("value").cast("string").alias("_text"),
             F.lit(None).cast("string").alias("_wire"),
         )
-    else:
-        # Two projections: the decode runs once, then its text is judged.
-        decoded = bronze.select("*", decoded_text(F.col("value"), avro).alias("_decoded"))
-        wire = wire_reason(F.col("value"), F.col("_decoded"), avro)
-        source = decoded.select(
-            *bronze.columns,
-            F.when(wire.isNull(), F.col("_decoded")).alias("_text"),
-            wire.alias("_wire"),
-        )
-    text = F.col("_text")
-    docs = source.select("*", F.try_parse_json(text).alias("_doc"))
-    read = docs.select(
+    # Two projections: the decode runs once, then its text is judged.
+    decoded = bronze.select("*", decoded_text(F.col("value"), avro).alias("_decoded"))
+    wire = wire_reason(F.col("value"), F.col("_decoded"), avro)
+    return decoded.select(
+        *bronze.columns,
+        F.when(wire.isNull(), F.col("_decoded")).alias("_text"),
+        wire.alias("_wire"),
+    )
+
+
+def read_fields(records: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """Stage 2: the parsed document (`_doc`), whether it is an object, and each declared
+    field's variant (`_f<i>`)."""
+    docs = records.select("*", F.try_parse_json("_text").alias("_doc"))
+    return docs.select(
         "*",
         # A parsed document is an object iff its text opens with "{": far cheaper than
         # `schema_of_variant`, which walks the whole document to name its type.
-        text.rlike(r"^[ \t\n\r]*\{").alias("_is_object"),
+        F.col("_text").rlike(r"^[ \t\n\r]*\{").alias("_is_object"),
         *[
-            F.try_variant_get("_doc", _variant_path(path), "variant").alias(names[path])
-            for path, _ in fields
+            F.try_variant_get("_doc", _variant_path(path), "variant").alias(n)
+            for path, _, n in _staged(pipeline)
         ],
     )
+
+
+def typed_fields(read: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """Stage 3: each field's value as its declared scalar (`_f<i>_value`), then its JSON
+    type (`_f<i>_kind`) and, for a time, the parsed time (`_f<i>_time`)."""
+    staged = _staged(pipeline)
     typed = read.select(
-        "*",
-        *[
-            _extract(F.col(names[path]), spec).alias(f"{names[path]}_value")
-            for path, spec in fields
-        ],
+        "*", *[_extract(F.col(n), spec).alias(f"{n}_value") for _, spec, n in staged]
     )
-    timed = typed.select(
+    return typed.select(
         "*",
+        *[_kind(F.col(n), F.col(f"{n}_value"), spec).alias(f"{n}_kind") for _, spec, n in staged],
         *[
-            _kind(F.col(names[path]), F.col(f"{names[path]}_value"), spec).alias(
-                f"{names[path]}_kind"
-            )
-            for path, spec in fields
-        ],
-        *[
-            _as_time(F.col(f"{names[path]}_value"), spec).alias(f"{names[path]}_time")
-            for path, spec in fields
+            _as_time(F.col(f"{n}_value"), spec).alias(f"{n}_time")
+            for _, spec, n in staged
             if spec.type in ("timestamp", "date")
         ],
     )
 
+
+def quarantine_reason(pipeline: Pipeline, max_value_bytes: int, wire: bool) -> Column:
+    """The first rule a staged record breaks (module docstring), null when it breaks none:
+    the record-level rules, the wire format's (`wire`: an Avro pipeline), then each
+    declared field's in the definition's order."""
     reason = F.when(F.col("value").isNull(), "null_value").when(
         F.length("value") > max_value_bytes, "oversized_value"
     )
-    if avro is None:
-        reason = reason.when(~F.is_valid_utf8(text), "invalid_utf8")
-    else:
+    if wire:
         reason = reason.when(F.col("_wire").isNotNull(), F.col("_wire"))
+    else:
+        reason = reason.when(~F.is_valid_utf8("_text"), "invalid_utf8")
     reason = reason.when(F.col("_doc").isNull(), "invalid_json").when(
         ~F.col("_is_object"), "not_an_object"
     )
-    for path, spec in fields:
-        n = names[path]
+    for path, spec, n in _staged(pipeline):
         raw, kind, value = F.col(n), F.col(f"{n}_kind"), F.col(f"{n}_value")
         absent = raw.isNull() | F.is_variant_null(raw)
         if spec.required:
@@ -268,26 +228,25 @@ def parse_events(
             reason = reason.when(~absent & ~F.array_contains(allowed, value), f"not_allowed:{path}")
         if spec.type in ("timestamp", "date"):
             reason = reason.when(~absent & F.col(f"{n}_time").isNull(), f"unparseable_time:{path}")
+    return reason
 
-    def column(path: str, spec: FieldSpec) -> Column:
-        n = names[path]
+
+def declared_columns(pipeline: Pipeline) -> list[Column]:
+    """Silver's declared columns of a staged record, then its `event_date`."""
+    columns = {}
+    for path, spec, n in _staged(pipeline):
         if spec.type in ("timestamp", "date"):
-            return F.col(f"{n}_time")
-        if spec.type in ("object", "array"):
+            column = F.col(f"{n}_time")
+        elif spec.type in ("object", "array"):
             # A JSON null is no value, as for the other types (not the text "null").
-            return F.when(~F.is_variant_null(F.col(n)), F.col(f"{n}_value"))
-        return F.col(f"{n}_value")
-
-    event_time = column(pipeline.event_time, pipeline.fields[pipeline.event_time])
-    return timed.select(
-        *[F.col(c) for c in bronze.columns],
-        *[column(path, spec).alias(pipeline.column_of(path)) for path, spec in fields],
-        F.to_date(event_time).alias("event_date"),
-        F.col("partition").alias("kafka_partition"),
-        F.col("offset").alias("kafka_offset"),
-        F.col("timestamp").alias("kafka_timestamp"),
-        reason.alias("reason"),
-    )
+            column = F.when(~F.is_variant_null(F.col(n)), F.col(f"{n}_value"))
+        else:
+            column = F.col(f"{n}_value")
+        columns[path] = column
+    return [
+        *[column.alias(pipeline.column_of(path)) for path, column in columns.items()],
+        F.to_date(columns[pipeline.event_time]).alias("event_date"),
+    ]
 
 
 def _kind(raw: Column, value: Column, spec: FieldSpec) -> Column:

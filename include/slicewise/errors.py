@@ -1,8 +1,12 @@
 """The bases of the errors a person acts on; each message names what to change.
 
-An error is defined in the module that raises it, on one of these bases, so that
-callers (the CLI) can tell an expected operational failure, whose message already
-says the safe action, from a bug, which deserves its traceback."""
+One rule for the error classes themselves: each is defined in the module that
+raises it, on one of these bases, so that callers (the CLI) can tell an expected
+operational failure, whose message already says the safe action, from a bug, which
+deserves its traceback. An error that several steps raise lives with the model it
+reports on, which they all import (`slices.DataLossError`).
+`tests/unit/test_error_homes.py` holds the tree to this rule.
+"""
 
 from __future__ import annotations
 

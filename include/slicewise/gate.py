@@ -1,6 +1,6 @@
 """The quality gate: prove the slice's effect on silver before anything is published.
 
-The gate computes the slice's facts (`reconcile.slice_facts`: one query for the
+The gate computes the slice's facts (`gate_facts.slice_facts`: one query for the
 window and totals, then three side by side) and
 Great Expectations validates them, one expectation per fact (suite `slice_facts`,
 on the one-row frame of facts, in pandas: no further Spark job):
@@ -33,21 +33,27 @@ from pyspark.sql import SparkSession
 
 from slicewise.bronze import require_bronze_rows
 from slicewise.config import Settings
-from slicewise.contract import required_columns, silver_schema
+from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
-from slicewise.gate_engine import GateFailed, GateReport, gxe, validate
+from slicewise.gate_facts import SliceCounts, counts_of, slice_facts
+from slicewise.gx_adapter import GateReport, gxe, validate
 from slicewise.ledger import Ledger
 from slicewise.pipelines import Pipeline, PipelineDefinitionError
-from slicewise.reconcile import (
-    SliceCounts,
-    counts_of,
-    recorded_ids,
-    silver_window,
-    slice_facts,
-)
+from slicewise.schemas import required_columns, silver_schema
 from slicewise.tables import read_table
+from slicewise.windows import recorded_ids, silver_window
 
 log = logging.getLogger(__name__)
+
+
+class GateFailed(OperationalError):
+    """Raised by `run_gate` when a slice fails its expectations;
+    Airflow marks the task failed and logs the message. `report` is the failed report."""
+
+    def __init__(self, message: str, report: GateReport | None = None) -> None:
+        super().__init__(message)
+        self.report = report
+
 
 SUITE_VERSION = "3"
 

@@ -13,8 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from slicewise.errors import OperationalError
-
 
 @dataclass(frozen=True)
 class Hold:
@@ -33,10 +31,6 @@ class Hold:
             f"transaction since {self.since.isoformat()} ({minutes:.0f} min), "
             f"{self.waiting} records waiting past it"
         )
-
-
-class StuckTransaction(OperationalError):
-    """An open transaction has held a partition's LSO for longer than allowed."""
 
 
 def track(

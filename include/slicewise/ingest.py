@@ -26,8 +26,9 @@ from slicewise.bronze import (
 )
 from slicewise.config import Settings
 from slicewise.ledger import Ledger
+from slicewise.schemas import BRONZE
 from slicewise.silver import SilverResult, merge_slice, parse, parsed_slice
-from slicewise.tables import BRONZE, conform, retry_on_conflict
+from slicewise.tables import conform, retry_on_conflict
 
 log = logging.getLogger(__name__)
 

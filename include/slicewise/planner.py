@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from slicewise.config import Settings
 from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
-from slicewise.holds import StuckTransaction, overdue, track
+from slicewise.holds import overdue, track
 from slicewise.kafka.offsets import TopicOffsets
 from slicewise.ledger import Ledger
 from slicewise.slices import (
@@ -24,6 +24,10 @@ from slicewise.slices import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class StuckTransaction(OperationalError):
+    """An open transaction has held a partition's LSO for longer than allowed."""
 
 
 class IntervalNotClosed(OperationalError):

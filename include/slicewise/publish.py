@@ -21,9 +21,9 @@ from slicewise.config import Settings
 from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
-from slicewise.reconcile import silver_window, slice_window
 from slicewise.tables import retry_on_conflict, table_exists, table_version
 from slicewise.transforms import events_per_hour, window_hours
+from slicewise.windows import silver_window, slice_window
 
 log = logging.getLogger(__name__)
 

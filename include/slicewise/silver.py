@@ -1,7 +1,7 @@
 """Silver: each valid key once, via an idempotent MERGE bounded by the horizon.
 
 The slice is parsed once (compiled from the pipeline's definition: by `ingest` off
-its one Kafka read, or here off bronze, `parsed_slice`), and `merge_slice` writes it:
+its one Kafka read, or here off bronze, `parsed_slice`), and `write_slice` writes it:
 its bad records go to quarantine, its valid events' keys to `slice_ids` (what the
 gate and publish need of it), and its events into silver. Within the slice the
 survivor rule picks one copy per key (`survivors`: the lowest Kafka position unless
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date
@@ -28,14 +28,14 @@ from pyspark.sql.types import StructField, StructType
 
 from slicewise.avro import AvroSchemas, unreadable
 from slicewise.config import Settings
-from slicewise.contract import beats_sql, key_match_sql, parse_events, silver_schema
+from slicewise.contract import beats_sql, key_match_sql, parse_events
 from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
 from slicewise.pipelines import Pipeline
+from slicewise.schemas import BRONZE, silver_schema
 from slicewise.slices import Slice
 from slicewise.tables import (
-    BRONZE,
     append_once,
     conform,
     delta_ref,
@@ -231,6 +231,44 @@ def merge_survivors(
     return window
 
 
+# Writes a slice's rows of a table it owns by slice (quarantine, slice_ids): (rows, table).
+SliceStore = Callable[[DataFrame, str], None]
+
+
+def write_slice(
+    spark: SparkSession,
+    settings: Settings,
+    slice_id: str,
+    parsed: DataFrame,
+    store: SliceStore,
+    merge_id: str | None,
+) -> tuple[date, date] | None:
+    """Quarantine, `slice_ids` and the MERGE from the slice's `parsed` rows (cached by the
+    caller, unpersisted here once written); the MERGE's window (None: no valid event).
+
+    The three writes are independent, so they run side by side. `store` writes the
+    slice's rows of quarantine and `slice_ids`: silver appends them once, replay
+    replaces them; `merge_id` is the MERGE's idempotent-write id (`merge_into_silver`)."""
+    pipeline = settings.pipeline
+    # Cached: the ids, the span and the MERGE all read the survivors.
+    kept = survivors(valid_events(parsed, pipeline), pipeline).cache()
+
+    def quarantine() -> None:
+        store(quarantined(parsed), "quarantine")
+        fault_point("silver.quarantined", settings, slice_id)
+
+    try:
+        *_, window = side_by_side(
+            quarantine,
+            lambda: store(slice_ids(kept, pipeline), "slice_ids"),
+            lambda: merge_survivors(spark, settings, kept, merge_id),
+        )
+    finally:
+        parsed.unpersist()
+        kept.unpersist()
+    return window
+
+
 @dataclass(frozen=True)
 class SilverResult:
     slice_id: str
@@ -241,7 +279,7 @@ def run_silver(spark: SparkSession, settings: Settings, slice_id: str) -> Silver
     """Parse the slice's bronze rows, quarantine the bad ones, MERGE the rest.
 
     Silver does not count: the gate computes the slice's counts from the tables
-    (`reconcile.slice_facts`), the same on every rerun, and records them."""
+    (`gate_facts.slice_facts`), the same on every rerun, and records them."""
     return retry_on_conflict(
         lambda: silver_from_bronze(spark, settings, slice_id), f"silver of {slice_id}"
     )
@@ -257,43 +295,20 @@ def silver_from_bronze(spark: SparkSession, settings: Settings, slice_id: str) -
 def merge_slice(
     spark: SparkSession, settings: Settings, ledger: Ledger, sl: Slice, parsed: DataFrame
 ) -> SilverResult:
-    """Quarantine, `slice_ids` and the MERGE from the slice's `parsed` rows (cached by
-    the caller, unpersisted here once written), then record silver.
+    """Silver's writes of the slice's `parsed` rows (`write_slice`), then record silver.
 
-    The three writes are independent, so they run side by side; each has its own
-    idempotent-write id, so a retry ends the same whether the rows came from bronze
-    or from the one Kafka read of `ingest`, and whichever of them had committed."""
+    Each write appends once under its own idempotent-write id, so a retry ends the same
+    whether the rows came from bronze or from the one Kafka read of `ingest`, and
+    whichever of them had committed."""
     slice_id = sl.slice_id
     metadata = {"step": "silver", "slice_id": slice_id}
-    pipeline = settings.pipeline
-    # Cached: the ids, the span and the MERGE all read the survivors.
-    kept = survivors(valid_events(parsed, pipeline), pipeline).cache()
 
-    def quarantine() -> None:
-        append_once(
-            quarantined(parsed),
-            settings.table("quarantine"),
-            f"slicewise/quarantine/{slice_id}",
-            metadata,
-        )
-        fault_point("silver.quarantined", settings, slice_id)
+    def append(rows: DataFrame, table: str) -> None:
+        append_once(rows, settings.table(table), f"slicewise/{table}/{slice_id}", metadata)
 
-    def ids() -> None:
-        append_once(
-            slice_ids(kept, pipeline),
-            settings.table("slice_ids"),
-            f"slicewise/slice_ids/{slice_id}",
-            metadata,
-        )
-
-    def merge() -> tuple[date, date] | None:
-        return merge_survivors(spark, settings, kept, f"slicewise/silver/{slice_id}")
-
-    try:
-        *_, window = side_by_side(quarantine, ids, merge)
-    finally:
-        parsed.unpersist()
-        kept.unpersist()
+    window = write_slice(
+        spark, settings, slice_id, parsed, append, merge_id=f"slicewise/silver/{slice_id}"
+    )
     fault_point("silver.merged", settings, slice_id)
 
     result = SilverResult(slice_id, window)

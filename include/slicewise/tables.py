@@ -1,4 +1,4 @@
-"""Schemas of the lakehouse tables, and small helpers shared by the steps."""
+"""The lakehouse tables' Delta helpers shared by the steps (their schemas: `schemas`)."""
 
 from __future__ import annotations
 
@@ -10,45 +10,10 @@ from typing import TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-HEADERS = ArrayType(
-    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-)
-
-BRONZE = StructType(
-    [
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("offset", LongType(), False),
-        StructField("timestamp", TimestampType(), True),
-        StructField("timestamp_type", IntegerType(), True),
-        StructField("key", BinaryType(), True),
-        StructField("value", BinaryType(), True),
-        StructField("headers", HEADERS, True),
-        StructField("slice_id", StringType(), False),
-    ]
-)
-
-QUARANTINE = StructType(
-    [
-        *[f for f in BRONZE.fields if f.name != "slice_id"],
-        StructField("reason", StringType(), False),
-        StructField("slice_id", StringType(), False),
-    ]
-)
 
 
 def delta_ref(path: str) -> str:
@@ -106,6 +71,16 @@ def append_once(df: DataFrame, path: str, app_id: str, metadata: dict) -> None:
         .option("txnAppId", app_id)
         .option("txnVersion", 0)
         .option("userMetadata", json.dumps(metadata, sort_keys=True))
+        .save(path)
+    )
+
+
+def replace_slice(df: DataFrame, path: str, slice_id: str) -> None:
+    """The slice's rows of a table become `df`'s (other slices' rows untouched)."""
+    (
+        df.write.format("delta")
+        .mode("overwrite")
+        .option("replaceWhere", f"slice_id = '{slice_id}'")
         .save(path)
     )
 

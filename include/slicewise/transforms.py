@@ -12,9 +12,10 @@ from datetime import date, timedelta
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from slicewise.contract import silver_schema, slice_ids_schema, survivor_order
+from slicewise.contract import survivor_order
 from slicewise.pipelines import Pipeline
-from slicewise.tables import QUARANTINE, conform
+from slicewise.schemas import QUARANTINE, silver_schema, slice_ids_schema
+from slicewise.tables import conform
 
 
 def quarantined(parsed: DataFrame) -> DataFrame:

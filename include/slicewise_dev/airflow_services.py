@@ -67,10 +67,10 @@ def execution_api_ready(port: int) -> bool:
 
 
 def command(component: list[str]) -> list[str]:
-    """The scheduler starts with the steps' libraries imported (`slicewise.scheduler`):
+    """The scheduler starts with the steps' libraries imported (`slicewise.preloaded_scheduler`):
     its LocalExecutor forks every task from it."""
     if component[0] == "scheduler":
-        return [str(VENV_BIN / "python"), "-m", "slicewise.scheduler", *component[1:]]
+        return [str(VENV_BIN / "python"), "-m", "slicewise.preloaded_scheduler", *component[1:]]
     return [str(VENV_BIN / "airflow"), *component]
 
 

@@ -16,12 +16,11 @@ from pyspark.testing import assertDataFrameEqual
 from slicewise import bronze as bronze_module
 from slicewise import cli
 from slicewise.bronze import run_bronze
-from slicewise.holds import StuckTransaction
+from slicewise.gate_facts import slice_counts
 from slicewise.ingest import run_ingest
 from slicewise.kafka.offsets import TopicOffsets
 from slicewise.ledger import Ledger
-from slicewise.planner import IntervalNotClosed, plan_slice
-from slicewise.reconcile import slice_counts
+from slicewise.planner import IntervalNotClosed, StuckTransaction, plan_slice
 from slicewise.silver import run_silver
 from slicewise.slices import DataLossError
 from slicewise.spark import remote_session
@@ -436,8 +435,7 @@ def test_quarantine_replay_after_a_fix_moves_records_to_silver(spark, pipeline_f
 def test_a_duplicate_in_silver_fails_the_gate_naming_it(spark, pipeline):
     """The gate validates facts from one query; a failed row fact brings in the
     row-level suite, so the message and Data Docs name the offending id."""
-    from slicewise.gate import run_gate
-    from slicewise.gate_engine import GateFailed
+    from slicewise.gate import GateFailed, run_gate
 
     settings, producer = pipeline
     producer.send([ev("a", 0.1, 0), ev("b", 0.2, 1), ev("a", 0.3, 2)])

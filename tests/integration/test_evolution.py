@@ -12,9 +12,9 @@ from pyspark.sql import functions as F
 from test_core import LATER, at, table  # same folder, on sys.path under pytest
 
 from slicewise.bronze import run_bronze
+from slicewise.gate_facts import slice_counts
 from slicewise.pipelines import FieldSpec
 from slicewise.planner import plan_slice
-from slicewise.reconcile import slice_counts
 from slicewise.silver import SchemaChangeRefused, run_silver
 from slicewise.tables import history
 from slicewise_dev.producer import Record

@@ -11,10 +11,10 @@ from test_core import LATER, at, ev, race, snapshot, table
 
 from slicewise.bronze import run_bronze
 from slicewise.faults import InjectedFault
+from slicewise.gate_facts import slice_counts
 from slicewise.ingest import run_ingest
 from slicewise.ledger import Ledger
 from slicewise.planner import plan_slice
-from slicewise.reconcile import slice_counts
 from slicewise.silver import run_silver
 from slicewise_dev.producer import Record
 

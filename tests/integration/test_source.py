@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from slicewise.gate_facts import slice_counts
 from slicewise.ingest import run_ingest
 from slicewise.planner import plan_slice
-from slicewise.reconcile import slice_counts
 from slicewise_dev.airflow_env import VENV_BIN
 from slicewise_dev.source import Manifest
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 
-from slicewise.tables import BRONZE
+from slicewise.schemas import BRONZE
 
 TS = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 

@@ -14,10 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.testing import assertDataFrameEqual
 
-from slicewise.contract import parse_events, reasons, silver_schema
+from slicewise.contract import parse_events, reasons
 from slicewise.pipelines import (
     PipelinesFile,
 )
+from slicewise.schemas import silver_schema
 from slicewise.transforms import dedup_within, quarantined, valid_events
 
 REPO = Path(__file__).resolve().parents[2]

@@ -102,12 +102,16 @@ def test_every_airflow_command_is_one_the_airflow_cli_accepts():
     parser = cli_parser.get_parser()
     for name in (*AIRFLOW, "airflow-init"):
         command = SERVICES[name]["command"]
-        if command[:3] == ["python", "-m", "slicewise.scheduler"]:
+        if command[:3] == ["python", "-m", "slicewise.preloaded_scheduler"]:
             # `airflow scheduler` with the steps' libraries imported (see its docstring).
             command = ["airflow", "scheduler", *command[3:]]
         assert command[0] == "airflow"
         assert callable(parser.parse_args(command[1:]).func), name
-    assert SERVICES["airflow-scheduler"]["command"][:3] == ["python", "-m", "slicewise.scheduler"]
+    assert SERVICES["airflow-scheduler"]["command"][:3] == [
+        "python",
+        "-m",
+        "slicewise.preloaded_scheduler",
+    ]
 
 
 def test_airflow_components_reach_each_other_and_the_spark_master():

@@ -1,18 +1,18 @@
-"""`python -m slicewise.scheduler`: the scheduler whose forks start with the steps' libraries."""
+"""`python -m slicewise.preloaded_scheduler`: the scheduler whose forks start with the steps' libraries."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from slicewise.scheduler import PRELOAD
+from slicewise.preloaded_scheduler import PRELOAD
 
 
 def test_preload_imports_the_heavy_libraries_and_starts_nothing_a_fork_would_inherit():
     # In a process of its own: this one has imported half of them already.
     probe = (
         "import os, sys, threading\n"
-        "from slicewise.scheduler import preload\n"
+        "from slicewise.preloaded_scheduler import preload\n"
         "from slicewise.spark import CONNECT_SWITCHES\n"
         "before = [os.environ.get(k) for k in CONNECT_SWITCHES]\n"
         "preload()\n"
@@ -31,7 +31,7 @@ def test_preload_imports_the_heavy_libraries_and_starts_nothing_a_fork_would_inh
 
 def test_it_takes_the_airflow_scheduler_arguments():
     out = subprocess.run(
-        [sys.executable, "-m", "slicewise.scheduler", "--help"],
+        [sys.executable, "-m", "slicewise.preloaded_scheduler", "--help"],
         capture_output=True,
         text=True,
         check=True,

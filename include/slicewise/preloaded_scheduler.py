@@ -1,4 +1,4 @@
-"""`python -m slicewise.scheduler [ARGS]`: `airflow scheduler [ARGS]` with the steps'
+"""`python -m slicewise.preloaded_scheduler [ARGS]`: `airflow scheduler [ARGS]` with the steps'
 libraries already imported.
 
 With the LocalExecutor every task runs in a process forked from the scheduler

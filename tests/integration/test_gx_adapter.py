@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from slicewise import gate_engine
-from slicewise.gate_engine import GateFailure, GateReport, validate
+from slicewise import gx_adapter
+from slicewise.gx_adapter import GateFailure, GateReport, validate
 
 pytestmark = pytest.mark.integration
 
@@ -201,7 +201,7 @@ def test_missing_column_is_reported_not_raised(spark: SparkSession, docs_dir: Pa
 GATE_PROCESS = """
 import sys
 import pandas as pd
-from slicewise.gate_engine import gxe, validate
+from slicewise.gx_adapter import gxe, validate
 
 docs, name, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
 suite = [gxe.ExpectColumnValuesToBeBetween(column="read", min_value=0)]
@@ -239,7 +239,7 @@ def test_a_gate_does_not_wait_on_a_frozen_holder_of_the_site(
     """A zombie attempt frozen while it holds the lock (SIGSTOP in the chaos suite) held
     its retry for 900 s. Past the bounded wait, a gate gives the same verdict and writes
     its Data Docs to a site of its own, leaving the shared one to the holder."""
-    monkeypatch.setattr(gate_engine, "LOCK_WAIT_SECONDS", 1.0)
+    monkeypatch.setattr(gx_adapter, "LOCK_WAIT_SECONDS", 1.0)
     site = tmp_path / "events"
     site.mkdir()
     suite = [gxe.ExpectColumnValuesToBeBetween(column="read", min_value=0, max_value=5)]

@@ -1,4 +1,4 @@
-"""Per-slice counts, computed from the tables themselves.
+"""The facts the gate proves about a slice, computed from the tables themselves.
 
 read = quarantined + duplicates_in_slice + inserted + duplicates_in_silver,
 and no valid key of the slice may be missing from silver. Computing this
@@ -11,15 +11,14 @@ the gate and replay count with the same query (`slice_facts`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date
 
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from slicewise.config import Settings
-from slicewise.contract import KAFKA_POSITION, required_columns, silver_schema, slice_ids_schema
-from slicewise.tables import BRONZE, QUARANTINE, of_slice, read_table, side_by_side
-from slicewise.transforms import event_date_span, horizon_window
+from slicewise.schemas import BRONZE, KAFKA_POSITION, QUARANTINE, required_columns
+from slicewise.tables import of_slice, side_by_side
+from slicewise.windows import Window, recorded_ids, silver_window, window_of
 
 
 @dataclass(frozen=True)
@@ -50,40 +49,9 @@ class SliceCounts:
         )
 
 
-def recorded_ids(spark: SparkSession, settings: Settings, slice_id: str) -> DataFrame:
-    return of_slice(
-        spark, settings.table("slice_ids"), slice_ids_schema(settings.pipeline), slice_id
-    )
-
-
-def slice_window(
-    spark: SparkSession, settings: Settings, slice_id: str
-) -> tuple[date, date] | None:
-    """Event dates the slice's MERGE may touch (its dates widened by the dedup horizon),
-    or None when it has no valid event."""
-    return _window(event_date_span(recorded_ids(spark, settings, slice_id)).first(), settings)
-
-
-def _window(span: Row | None, settings: Settings) -> tuple[date, date] | None:
-    if span is None or span["first"] is None:
-        return None
-    return horizon_window(span["first"], span["last"], settings.dedup_horizon_days)
-
-
-def silver_window(
-    spark: SparkSession, settings: Settings, window: tuple[date, date] | None
-) -> DataFrame:
-    """Silver rows within a window of event dates (partition-pruned)."""
-    silver = read_table(spark, settings.table("silver"), silver_schema(settings.pipeline))
-    if window is None:
-        return silver.limit(0)
-    lo, hi = window
-    return silver.where(F.col("event_date").between(F.lit(lo), F.lit(hi)))
-
-
 def slice_facts(
     spark: SparkSession, settings: Settings, slice_id: str
-) -> tuple[tuple[date, date] | None, dict[str, int]]:
+) -> tuple[Window | None, dict[str, int]]:
     """Everything the gate proves about a slice: the window of silver its MERGE
     looked at, the counts that must reconcile (bronze, quarantine, the slice's ids
     left-joined to silver's window) and the facts of the silver rows that carry the
@@ -102,7 +70,7 @@ def slice_facts(
         F.min("event_date").alias("first"),
         F.max("event_date").alias("last"),
     ).first()
-    window = _window(totals, settings)
+    window = window_of(totals, settings)
     # The slice's keys are distinct (one row per key), so joining silver's window to
     # them yields each silver row that carries one of them exactly once, plus one row
     # without `_stored` per key found nowhere: one join and one aggregation, where

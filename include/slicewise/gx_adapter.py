@@ -46,8 +46,6 @@ from great_expectations.data_context.types.base import (  # noqa: E402
 )
 from pyspark.sql import DataFrame  # noqa: E402
 
-from slicewise.errors import OperationalError
-
 SITE_NAME = "local_site"
 SAMPLE_SIZE = 20  # offending values kept per failed expectation
 LOCK_WAIT_SECONDS = 60.0  # a pandas validation holds the lock for about a second
@@ -99,15 +97,6 @@ class GateReport:
             f"gate FAILED for {where}: {len(self.failures)} of {self.evaluated} expectations failed"
         )
         return "\n".join([head, *(f" - {f.describe()}" for f in self.failures), docs])
-
-
-class GateFailed(OperationalError):
-    """Raised by the gate (slicewise.gate.run_gate) when a slice fails its expectations;
-    Airflow marks the task failed and logs the message. `report` is the failed report."""
-
-    def __init__(self, message: str, report: GateReport | None = None) -> None:
-        super().__init__(message)
-        self.report = report
 
 
 def validate(
