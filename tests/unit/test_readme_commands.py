@@ -35,3 +35,12 @@ def test_a_command_the_readme_shows_runs_as_shown(line):
     program = Path(argv[0]).name
     assert argv[0] == f".venv/bin/{program}" and program in PARSERS, line
     PARSERS[program]().parse_args(argv[1:])  # argparse exits (fails the test) on a mistake
+
+
+def test_the_readme_is_a_guide_not_a_log():
+    """A guide a newcomer reads in minutes (history goes to CHANGELOG.md, figures to
+    bench/results/), and no commit hash: it goes stale with the next commit."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.encode()) <= 15 * 1024, "README.md is over 15 KiB"
+    hashes = [w for w in re.findall(r"\b[0-9a-f]{7,40}\b", text) if re.search(r"[a-f]", w)]
+    assert not [w for w in hashes if re.search(r"\d", w)], f"commit hashes in README: {hashes}"
