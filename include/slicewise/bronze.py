@@ -1,6 +1,6 @@
 """Bronze: exactly the slice's committed records, raw, with their coordinates.
 
-The write carries a Delta idempotent-write id (txnAppId = bronze/<slice>), so a
+The write carries a Delta idempotent-write id (txnAppId = slicewise/bronze/<slice>), so a
 rerun of a committed slice is a no-op and, of two attempts racing, only one can
 commit: the loser fails with a concurrent-transaction conflict and its retry
 finds the slice done. If the loser only starts writing after the winner's commit,

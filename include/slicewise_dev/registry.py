@@ -50,7 +50,7 @@ def java21() -> str:
 class LocalRegistry:
     """Apicurio on a free loopback port with in-memory storage; a context manager.
 
-    `url` is the Confluent-compatible API's root, what a pipeline's `registry.url` names.
+    `url` is the Confluent-compatible API's root, what `SLICEWISE_SCHEMA_REGISTRY_URL` names.
     """
 
     def __init__(self, state_dir: Path, cache_dir: Path) -> None:

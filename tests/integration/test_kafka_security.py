@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from slicewise import cli
 from slicewise.bronze import run_bronze
 from slicewise.config import load_settings
 from slicewise.kafka.offsets import KafkaUnavailable
@@ -30,7 +31,7 @@ def sasl_broker(tmp_path):
 
 
 def test_credentials_from_an_airflow_connection_reach_the_planner_and_spark(
-    spark, sasl_broker, tmp_path, monkeypatch
+    spark, sasl_broker, tmp_path, monkeypatch, capsys
 ):
     topic = "secured-events"
     connection = {
@@ -57,6 +58,15 @@ def test_credentials_from_an_airflow_connection_reach_the_planner_and_spark(
         KafkaUnavailable, match="(?s)Authentication failed.*SLICEWISE_KAFKA_CONN_ID"
     ):
         plan_slice(wrong, start, start + timedelta(hours=1))
+    # By hand, `slicewise plan` prints that message and its safe action, not a traceback.
+    with monkeypatch.context() as by_hand:
+        for name, value in {**kafka_connection_env(), PASSWORD: "guess"}.items():
+            by_hand.setenv(name, value)
+        window = ["--start", start.isoformat(), "--end", (start + timedelta(hours=1)).isoformat()]
+        assert cli.main(["plan", *window]) == 1
+    printed = capsys.readouterr().err
+    assert "KafkaUnavailable: " in printed and "retry the task" in printed, printed
+    assert "Traceback" not in printed
 
     admin = AdminClient(client)  # kept alive until the topic exists
     admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(timeout=30)

@@ -15,7 +15,6 @@ from test_import_graph import PACKAGE, import_graph, module_name
 SYSTEM_FAULTS = {
     "InjectedFault",  # the chaos suite's strike
     "ConnectServerError",  # the Spark Connect server did not start: its log says why
-    "KafkaUnavailable",  # a broker call failed after its retries: Airflow retries the task
 }
 BASES = {"ConfigError", "OperationalError"}
 

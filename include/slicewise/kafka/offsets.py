@@ -15,10 +15,12 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from slicewise.config import Settings
+from slicewise.errors import OperationalError
 
 
-class KafkaUnavailable(RuntimeError):
-    """The broker could not be reached or the topic does not exist."""
+class KafkaUnavailable(OperationalError):
+    """The broker could not be reached or the topic does not exist; the message says what
+    to check, and that nothing was written (the task may simply be retried)."""
 
 
 def client_conf(settings: Settings) -> dict[str, str]:
@@ -78,7 +80,10 @@ class TopicOffsets:
             )
             return {tp.partition: fut.result().offset for tp, fut in futures.items()}
         except KafkaException as exc:
-            raise KafkaUnavailable(f"listing offsets of {self.topic!r} failed: {exc}") from exc
+            raise KafkaUnavailable(
+                f"listing offsets of {self.topic!r} failed: {exc}; check the broker, then "
+                "retry the task: nothing was written."
+            ) from exc
 
     def earliest(self, partitions: list[int] | None = None) -> dict[int, int]:
         """First offset still retained per partition (retention moves it forward)."""
@@ -133,7 +138,8 @@ class TopicOffsets:
                 if time.monotonic() > deadline:
                     raise KafkaUnavailable(
                         f"scanning {self.topic} partitions {sorted(todo)} for "
-                        f"{at.isoformat()} took over {self.timeout}s"
+                        f"{at.isoformat()} took over {self.timeout}s; check the broker, then "
+                        "retry the task: nothing was written."
                     )
                 # A short wait: consume() returns only once it holds 500 messages or the
                 # timeout passes, so a partition's EOF waited a full second at 1.0.
