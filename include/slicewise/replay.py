@@ -2,9 +2,10 @@
 
 Re-parses the slice's bronze rows with today's rules and writes them through
 silver's own writes (`silver.write_slice`), replacing the slice's quarantine rows
-and ids (`slice_ids`) instead of appending them. The MERGE keeps the copy the
-survivor rule prefers, so it is safe to repeat. Run it again if it is
-interrupted; the counts reconcile once it completes.
+and ids (`slice_ids`) instead of appending them, quarantine last: a record leaves
+quarantine only once silver holds it. The MERGE keeps the copy the survivor rule
+prefers, so it is safe to repeat. Run it again if it is interrupted; the counts
+reconcile once it completes.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def run_replay(spark: SparkSession, settings: Settings, slice_id: str) -> SliceC
     # No idempotent-write id for the MERGE: the slice's id was spent by its first
     # MERGE, and this one is idempotent by content (the survivor rule).
     parsed = parsed_slice(spark, settings, slice_id)
-    write_slice(spark, settings, slice_id, parsed, replace, merge_id=None)
+    write_slice(spark, settings, slice_id, parsed, replace, merge_id=None, quarantine_last=True)
     counts = slice_counts(spark, settings, slice_id)
     ledger.record_step(slice_id, "replay", asdict(counts))
     log.info("replayed quarantine of %s: %s", slice_id, counts.describe())

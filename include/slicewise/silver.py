@@ -242,13 +242,18 @@ def write_slice(
     parsed: DataFrame,
     store: SliceStore,
     merge_id: str | None,
+    quarantine_last: bool = False,
 ) -> tuple[date, date] | None:
     """Quarantine, `slice_ids` and the MERGE from the slice's `parsed` rows (cached by the
     caller, unpersisted here once written); the MERGE's window (None: no valid event).
 
     The three writes are independent, so they run side by side. `store` writes the
     slice's rows of quarantine and `slice_ids`: silver appends them once, replay
-    replaces them; `merge_id` is the MERGE's idempotent-write id (`merge_into_silver`)."""
+    replaces them; `merge_id` is the MERGE's idempotent-write id (`merge_into_silver`).
+    A store that replaces takes records out of quarantine, so it passes
+    `quarantine_last`: quarantine is written only once `slice_ids` and silver hold its
+    now-valid records. Cut off before that, they are still in quarantine (the counts
+    do not reconcile until the rerun), never in neither."""
     pipeline = settings.pipeline
     # Cached: the ids, the span and the MERGE all read the survivors.
     kept = survivors(valid_events(parsed, pipeline), pipeline).cache()
@@ -257,12 +262,18 @@ def write_slice(
         store(quarantined(parsed), "quarantine")
         fault_point("silver.quarantined", settings, slice_id)
 
+    def ids() -> None:
+        store(slice_ids(kept, pipeline), "slice_ids")
+
+    def merge() -> tuple[date, date] | None:
+        return merge_survivors(spark, settings, kept, merge_id)
+
     try:
-        *_, window = side_by_side(
-            quarantine,
-            lambda: store(slice_ids(kept, pipeline), "slice_ids"),
-            lambda: merge_survivors(spark, settings, kept, merge_id),
-        )
+        if quarantine_last:
+            _, window = side_by_side(ids, merge)
+            quarantine()
+        else:
+            *_, window = side_by_side(quarantine, ids, merge)
     finally:
         parsed.unpersist()
         kept.unpersist()

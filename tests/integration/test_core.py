@@ -15,6 +15,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from slicewise import bronze as bronze_module
 from slicewise import cli
+from slicewise import silver as silver_module
 from slicewise.bronze import run_bronze
 from slicewise.gate_facts import slice_counts
 from slicewise.ingest import run_ingest
@@ -405,7 +406,9 @@ def test_an_attempt_whose_write_delta_skipped_does_not_report_a_commit(
     assert bronze.count() == 30 == bronze.select("partition", "offset").distinct().count()
 
 
-def test_quarantine_replay_after_a_fix_moves_records_to_silver(spark, pipeline_factory):
+def test_quarantine_replay_after_a_fix_moves_records_to_silver(
+    spark, pipeline_factory, monkeypatch
+):
     settings, producer = pipeline_factory(SLICEWISE_MAX_VALUE_BYTES="120")
     big = event_value("big-1", at(0.2), payload={"text": "x" * 200})
     producer.send([Record(big, 0, at(0.2)), ev("small-1", 0.3, 1)])
@@ -418,7 +421,14 @@ def test_quarantine_replay_after_a_fix_moves_records_to_silver(spark, pipeline_f
     from slicewise.replay import run_replay
 
     fixed = replace(settings, max_value_bytes=1_048_576)  # the fix: a larger limit
-    replayed = run_replay(spark, fixed, sl.slice_id)
+    # A replay cut off before its MERGE commits (a lost race, a killed task) leaves the
+    # record in quarantine: quarantine is replaced only once silver holds the record.
+    with monkeypatch.context() as cut_off:
+        cut_off.setattr(silver_module, "merge_survivors", fail_merge)
+        with pytest.raises(RuntimeError, match="cut off"):
+            run_replay(spark, fixed, sl.slice_id)
+    assert table(spark, settings, "quarantine").count() == 1
+    replayed = run_replay(spark, fixed, sl.slice_id)  # the rerun
     assert (replayed.quarantined, replayed.inserted, replayed.missing) == (
         0,
         2,
@@ -430,6 +440,10 @@ def test_quarantine_replay_after_a_fix_moves_records_to_silver(spark, pipeline_f
     ]
     assert table(spark, settings, "quarantine").count() == 0
     assert run_replay(spark, fixed, sl.slice_id) == replayed  # safe to repeat
+
+
+def fail_merge(*_args, **_kwargs):
+    raise RuntimeError("cut off before the MERGE committed")
 
 
 def test_a_duplicate_in_silver_fails_the_gate_naming_it(spark, pipeline):

@@ -19,8 +19,8 @@ from slicewise.errors import OperationalError
 
 
 class KafkaUnavailable(OperationalError):
-    """The broker could not be reached or the topic does not exist; the message says what
-    to check, and that nothing was written (the task may simply be retried)."""
+    """The broker could not be reached or the topic does not exist: raised before anything
+    is written, with what to check in its message."""
 
 
 def client_conf(settings: Settings) -> dict[str, str]:
