@@ -41,6 +41,6 @@ def test_the_readme_is_a_guide_not_a_log():
     """A guide a newcomer reads in minutes (history goes to CHANGELOG.md, figures to
     bench/results/), and no commit hash: it goes stale with the next commit."""
     text = (ROOT / "README.md").read_text()
-    assert len(text.encode()) <= 15 * 1024, "README.md is over 15 KiB"
+    assert len(text.encode()) <= 15_000, "README.md is over 15 KB"
     hashes = [w for w in re.findall(r"\b[0-9a-f]{7,40}\b", text) if re.search(r"[a-f]", w)]
     assert not [w for w in hashes if re.search(r"\d", w)], f"commit hashes in README: {hashes}"
