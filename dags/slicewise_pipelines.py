@@ -90,7 +90,8 @@ ledger; retries, cleared tasks and backfills read exactly the same offsets.
    `{asset}` Asset event once per slice.
 
 Every task is safe to clear and re-run. Params: `accept_data_loss` (after a
-data-loss report, ingest what Kafka still retains; logged), and
+data-loss report, ingest what Kafka still retains; logged), `accept_topic_reset`
+(after a topic-reset report, read the topic as it is now from its start; logged), and
 `reprocess_from_bronze` (re-parse the slice's bronze rows with today's rules,
 e.g. after a parser fix; replays its quarantine). See docs/RUNBOOK.md.
 """
@@ -130,6 +131,12 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
                 title="Accept data loss",
                 description="Only after a DATA LOSS report: ingest what Kafka still retains. Logged in the ledger.",
             ),
+            "accept_topic_reset": Param(
+                False,
+                type="boolean",
+                title="Accept topic reset",
+                description="Only after a TOPIC RESET report (the topic was recreated or its offsets went back): read it as it is now from its start. Recorded in the ledger.",
+            ),
             "reprocess_from_bronze": Param(
                 False,
                 type="boolean",
@@ -155,6 +162,7 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
                 data_interval_start,
                 data_interval_end,
                 accept_data_loss=bool(params["accept_data_loss"]),
+                accept_topic_reset=bool(params.get("accept_topic_reset", False)),
             )
             print(sl.describe())
             return sl.slice_id

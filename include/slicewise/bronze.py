@@ -25,7 +25,7 @@ from slicewise.faults import fault_point
 from slicewise.kafka.offsets import TopicOffsets
 from slicewise.ledger import BRONZE_DROPPED, Ledger, slice_to_json
 from slicewise.schemas import BRONZE
-from slicewise.slices import DataLossError, Slice, find_data_loss
+from slicewise.slices import DataLossError, Slice, TopicReset, find_data_loss, offsets_went_back
 from slicewise.tables import (
     append_once,
     commit_metrics,
@@ -160,10 +160,34 @@ def readable_ranges(
     """The offsets to read and the bronze commit's metadata: the slice's own, or, when
     Kafka deleted part of it and the override accepts that, what Kafka still retains
     (the loss logged in the ledger and the commit). Without the override a loss raises
-    `DataLossError` before anything is read."""
+    `DataLossError` before anything is read, and a topic that is no longer the log the
+    slice was frozen in (recreated, or its offsets went back) raises `TopicReset`: its
+    offsets would read other records. The override then records the whole slice lost."""
     ranges = dict(sl.ranges)
-    losses = find_data_loss(sl, TopicOffsets.of(settings).earliest(list(ranges)))
+    offsets = TopicOffsets.of(settings)
     metadata = {"step": "bronze", **slice_to_json(sl)}
+    upper = ledger.boundary(sl.end)
+    changes = (
+        offsets_went_back(upper, offsets.topic_id(), offsets.last_stable(list(ranges)))
+        if upper is not None
+        else []
+    )
+    if changes:
+        if not accept_data_loss:
+            raise TopicReset(
+                f"{sl.describe()}: the topic is no longer the log this slice was frozen in: "
+                f"{'; '.join(changes)}. Its offsets would read other records; nothing was read. "
+                "Safe next step: if the records can be re-produced, do that and replan; otherwise "
+                "rerun with the data-loss override (DAG param accept_data_loss=true, or "
+                f"`slicewise ingest --slice-id {sl.slice_id} --accept-data-loss`) to record the "
+                "slice as lost (docs/RUNBOOK.md#topic-reset)."
+            )
+        log.warning("DATA LOSS ACCEPTED by override: %s is gone (%s)", sl.describe(), changes)
+        ranges = {p: (until, until) for p, (_, until) in ranges.items()}
+        metadata["topic_reset_accepted"] = changes
+        ledger.record_step(sl.slice_id, "data_loss_ack", {"topic_reset": changes})
+        return ranges, metadata
+    losses = find_data_loss(sl, offsets.earliest(list(ranges)))
     if losses:
         error = DataLossError.in_slice(sl, losses)
         if not accept_data_loss:

@@ -178,6 +178,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="after a DATA LOSS report: freeze the slice from what Kafka still retains (logged)",
     )
+    plan.add_argument(
+        "--accept-topic-reset",
+        action="store_true",
+        help="after a TOPIC RESET report: read the topic as it is now from its start "
+        "(recorded in the ledger)",
+    )
     add_pipeline_arg(plan)
     status = sub.add_parser("status", help="slices, offsets, steps and counts from the ledger")
     status.add_argument("--json", action="store_true")
@@ -221,7 +227,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "plan":
             from slicewise.planner import plan_slice
 
-            sl = plan_slice(settings, args.start, args.end, accept_data_loss=args.accept_data_loss)
+            sl = plan_slice(
+                settings,
+                args.start,
+                args.end,
+                accept_data_loss=args.accept_data_loss,
+                accept_topic_reset=args.accept_topic_reset,
+            )
             print(sl.describe())
         elif args.command == "status":
             ledger = Ledger(settings.ledger_dir, settings.topic)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from pathlib import Path
 
-from slicewise.connect_auth import configured_token
+from slicewise.connect_auth import HIDDEN, configured_token, redacted
 from slicewise.errors import ConfigError
 from slicewise.kafka.security import KAFKA_PROP_PREFIX, KAFKA_SPARK_PROP_PREFIX, java_props
 from slicewise.pipelines import (
@@ -41,6 +41,8 @@ class Settings:
     max_value_bytes: int
     # The declared pipeline these settings run (pipelines.yaml): key, schema, event time.
     pipeline: Pipeline
+    # Client properties, which may hold a SASL password or a JAAS config: a repr shows
+    # their keys, never their values (`__repr__`).
     kafka_props: Mapping[str, str] = field(default_factory=dict)
     kafka_spark_props: Mapping[str, str] = field(default_factory=dict)
     # The ledger beside the tables unless set: a POSIX path when the tables are on an object store.
@@ -51,6 +53,8 @@ class Settings:
     spark_token: str | None = field(default=None, repr=False)
     # How long an open transaction may hold a partition's LSO before planning fails; 0: never.
     max_open_transaction_seconds: int = 900
+    # How long publication waits for the gates of slices merged before it (`publish`).
+    publish_wait_seconds: int = 600
     # Most records one Spark task reads of a slice (the Kafka source's
     # maxRecordsPerPartition); 0: one task per Kafka partition, Spark's default.
     records_per_task: int = 50_000
@@ -60,6 +64,23 @@ class Settings:
     # An Avro pipeline's schema registry (SLICEWISE_SCHEMA_REGISTRY_*); its credentials
     # are never in a repr, so never in a log.
     schema_registry: SchemaRegistry | None = None
+
+    def __repr__(self) -> str:
+        """The dataclass's repr with the secrets hidden, so a logged or printed Settings
+        leaks none: the Kafka properties' values (their keys stay, to show what is set)
+        and a `;token=` in the Spark Connect URL. The token and the registry's
+        credentials are left out by their fields."""
+        shown = []
+        for f in fields(self):
+            if not f.repr:
+                continue
+            value = getattr(self, f.name)
+            if f.name in ("kafka_props", "kafka_spark_props"):
+                value = dict.fromkeys(value, HIDDEN)
+            elif f.name == "spark_remote" and value:
+                value = redacted(value)
+            shown.append(f"{f.name}={value!r}")
+        return f"{type(self).__qualname__}({', '.join(shown)})"
 
     @property
     def spark_kafka_props(self) -> dict[str, str]:
@@ -256,6 +277,7 @@ def load_settings(env: Mapping[str, str] | None = None, pipeline: str | None = N
         spark_remote=_spark_remote(env),
         spark_token=configured_token(env, state_dir),
         max_open_transaction_seconds=_int(env, "SLICEWISE_MAX_OPEN_TRANSACTION_SECONDS", 900),
+        publish_wait_seconds=_int(env, "SLICEWISE_PUBLISH_WAIT_SECONDS", 600),
         records_per_task=_int(env, "SLICEWISE_RECORDS_PER_TASK", 50_000),
         step_timeout=step_timeout(env),
         schema_registry=schema_registry(env, definition),

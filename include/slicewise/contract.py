@@ -11,6 +11,9 @@ A record's reason is the first rule it breaks: the record-level rules
   missing:<field>          a required field is absent or null
   wrong_type:<field>       present with another JSON type (a number for a string,
                            ...): a changed type is quarantined, never coerced
+  out_of_range:<field>     a number of the right JSON type that the declared type
+                           cannot hold (an integer past 64 bits, a number past a
+                           double): quarantined, never stored as a null
   blank:<field>            a string that is empty or only whitespace
   not_allowed:<field>      a value outside the field's `allowed` list
   unparseable_time:<field> a timestamp/date that does not match its format
@@ -33,7 +36,14 @@ from slicewise.schemas import KAFKA_POSITION
 DEFAULT_FORMATS = {"timestamp": "yyyy-MM-dd'T'HH:mm:ss[.SSSSSSSSS]XXX", "date": "yyyy-MM-dd"}
 
 RECORD_REASONS = ("null_value", "oversized_value", "invalid_utf8", "invalid_json", "not_an_object")
-FIELD_RULES = ("missing", "wrong_type", "blank", "not_allowed", "unparseable_time")
+FIELD_RULES = (
+    "missing",
+    "wrong_type",
+    "out_of_range",
+    "blank",
+    "not_allowed",
+    "unparseable_time",
+)
 
 # What `try_variant_get` extracts a present value as, before a time is parsed.
 _EXTRACT = {
@@ -221,6 +231,8 @@ def quarantine_reason(pipeline: Pipeline, max_value_bytes: int, wire: bool) -> C
         if spec.required:
             reason = reason.when(absent, f"missing:{path}")
         reason = reason.when(~absent & ~_kind_ok(spec, kind), f"wrong_type:{path}")
+        if spec.type in ("integer", "number"):
+            reason = reason.when(~absent & _out_of_range(spec, value), f"out_of_range:{path}")
         if spec.type == "string" and not spec.allow_blank:
             reason = reason.when(~absent & _blank(value), f"blank:{path}")
         if spec.allowed is not None:
@@ -229,6 +241,26 @@ def quarantine_reason(pipeline: Pipeline, max_value_bytes: int, wire: bool) -> C
         if spec.type in ("timestamp", "date"):
             reason = reason.when(~absent & F.col(f"{n}_time").isNull(), f"unparseable_time:{path}")
     return reason
+
+
+def _out_of_range(spec: FieldSpec, value: Column) -> Column:
+    """Can the declared type not hold a present value of the right JSON type?
+
+    Only its extraction (`_f<i>_value`) is looked at, no second parse. An integer:
+    the parse holds one past 64 bits as a decimal of up to 38 digits, an integral type
+    (`_kind_ok`) that `try_variant_get` cannot make a bigint, so it gives null (past 38
+    digits the parse holds a double, already a wrong type here). A number: the parse
+    holds one past a double (1e400) as an infinity, which JSON cannot write otherwise.
+    A time is not looked at here: past 64 bits or past any calendar, the parsed time
+    is null, `unparseable_time`.
+
+    An Avro pipeline reaches this through `avro.decoded_text` with no overflow of its
+    own: an Avro int or long fits a bigint, a float or double is written as the same
+    finite double (NaN and the infinities as strings: `wrong_type`). Only a `decimal`
+    holding a whole number past 64 bits can exceed a bigint, and this rule catches it."""
+    if spec.type == "integer":
+        return value.isNull()
+    return value.isNull() | value.isin(float("inf"), float("-inf"))
 
 
 def declared_columns(pipeline: Pipeline) -> list[Column]:

@@ -141,13 +141,18 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
         "summary": summary,
         "data_docs": [str(r.docs_index) for r in reports],
     }
+    if success:
+        # Cleared first: cut off before the record, the slice is not published until
+        # its gate runs again, while other slices' publications may pass it (proved).
+        ledger.mark_verified(slice_id)
     ledger.record_step(slice_id, "gate", settled(ledger.step(slice_id, "gate"), outcome))
     fault_point("gate.validated", settings, slice_id)
     if not success:
         failed = next(r for r in reversed(reports) if not r.success)  # the most specific
         raise GateFailed(
             f"gate FAILED for slice {slice_id} ({counts.describe()}):\n{summary}\n"
-            f"{_hint(counts)}Nothing was published. See docs/RUNBOOK.md#gate-failed.",
+            f"{_hint(counts)}Nothing was published, and no other slice publishes until this one "
+            "passes. See docs/RUNBOOK.md#gate-failed.",
             failed,
         )
     log.info("gate passed for %s: %s", slice_id, counts.describe())

@@ -73,6 +73,8 @@ def _boundary_to_json(b: Boundary) -> dict[str, Any]:
         "at": b.at.isoformat(),
         "offsets": {str(p): o for p, o in sorted(b.offsets.items())},
         "resolved_at": (b.resolved_at or datetime.now(UTC)).isoformat(),
+        "topic_id": b.topic_id,
+        "epoch": b.epoch,
     }
 
 
@@ -82,6 +84,8 @@ def _boundary_from_json(d: dict[str, Any]) -> Boundary:
         at=datetime.fromisoformat(d["at"]),
         offsets={int(p): int(o) for p, o in d["offsets"].items()},
         resolved_at=datetime.fromisoformat(d["resolved_at"]),
+        topic_id=d.get("topic_id"),
+        epoch=int(d.get("epoch", 0)),
     )
 
 
@@ -220,6 +224,43 @@ class Ledger:
                     self.store.create(self._marker("slices", key.split("/")[1]), b"")
             self.store.create(BY_DAY, b"")
         self._laid_out = True
+
+    # -- epochs: one per log the topic's offsets counted in -------------------
+    def epochs(self) -> list[dict[str, Any]]:
+        """Every accepted topic reset, oldest first (a handful in a pipeline's life)."""
+        return [self._read(k) for k in sorted(self.store.keys("epochs")) if k.endswith(".json")]
+
+    def current_epoch(self) -> int:
+        found = self.epochs()
+        return found[-1]["epoch"] if found else 0
+
+    def start_epoch(self, epoch: int, info: dict[str, Any]) -> dict[str, Any]:
+        """Record an accepted reset as `epoch`; the first planner to record it wins."""
+        payload = {"epoch": epoch, "accepted_at": datetime.now(UTC).isoformat(), **info}
+        self.store.create(f"epochs/{epoch:06d}.json", _dump(payload))
+        return self._read(f"epochs/{epoch:06d}.json")
+
+    # -- slices merged into silver whose gate has not passed -------------------
+    def mark_unverified(self, slice_id: str, info: dict[str, Any]) -> None:
+        """Written before a slice's MERGE can commit: silver may hold rows no gate has
+        proved. Publication never passes over a marked slice (write-audit-publish)."""
+        payload = {"marked_at": datetime.now(UTC).isoformat(), **info}
+        self.store.replace(f"unverified/{slice_id}.json", _dump(payload))
+
+    def mark_verified(self, slice_id: str) -> None:
+        self.store.delete(f"unverified/{slice_id}.json")
+
+    def unverified(self) -> dict[str, dict[str, Any]]:
+        """Slices merged but not (yet) proved, with their marks: those in flight and those
+        whose gate failed; one listing of a folder that holds only them."""
+        found = {}
+        for key in self.store.keys("unverified"):
+            if key.endswith(".json") and (mark := self._read(key)) is not None:
+                found[key.rsplit("/", 1)[1].removesuffix(".json")] = mark
+        return found
+
+    def is_unverified(self, slice_id: str) -> bool:
+        return self.store.read(f"unverified/{slice_id}.json") is not None
 
     # -- partitions an open transaction holds back ---------------------------
     def holds(self) -> dict[int, Hold]:

@@ -16,8 +16,10 @@ from slicewise.slices import (
     DataLoss,
     DataLossError,
     Slice,
+    TopicReset,
     check_contiguous,
     find_loss_before_planning,
+    offsets_went_back,
     resolve_offset,
     slice_between,
     utc,
@@ -34,25 +36,79 @@ class IntervalNotClosed(OperationalError):
     """The interval (plus grace) has not ended; its end boundary cannot be frozen yet."""
 
 
-def resolve_boundary(ledger: Ledger, offsets: TopicOffsets, at: datetime) -> Boundary:
+def resolve_boundary(
+    ledger: Ledger, offsets: TopicOffsets, at: datetime, accept_reset: bool = False
+) -> Boundary:
     """Return the stored boundary for `at`, resolving and storing it if it is new."""
     stored = ledger.boundary(at)
     if stored is not None:
         return stored
     before, after = ledger.neighbours(at)
     by_time, lso = offsets.snapshot(at)
+    topic_id = offsets.topic_id()
+    epoch = log_epoch(ledger, at, before, after, topic_id, lso, accept_reset)
     resolved = {
         p: resolve_offset(
             by_time.get(p),
             lso[p],
-            floor=before.offset(p) if before else 0,
-            ceiling=after.offsets.get(p) if after else None,
+            floor=before.offset(p) if before and before.epoch == epoch else 0,
+            # A partition absent from the later boundary did not exist when it was
+            # resolved: its offsets begin there at 0, so this boundary's must too.
+            ceiling=after.offset(p) if after else None,
         )
         for p in lso
     }
-    winner = ledger.put_boundary(Boundary(ledger.topic, at, resolved, datetime.now(UTC)))
+    boundary = Boundary(ledger.topic, at, resolved, datetime.now(UTC), topic_id, epoch)
+    winner = ledger.put_boundary(boundary)
     log.info("boundary %s: %s (LSO %s)", at.isoformat(), dict(winner.offsets), dict(lso))
     return winner
+
+
+def log_epoch(
+    ledger: Ledger,
+    at: datetime,
+    before: Boundary | None,
+    after: Boundary | None,
+    topic_id: str | None,
+    lso: dict[int, int],
+    accept_reset: bool,
+) -> int:
+    """The epoch a new boundary at `at` is resolved in: the ledger's current one, unless
+    the topic contradicts the neighbours resolved in it (a new topic id, an LSO below a
+    stored offset). Then planning stops, naming what changed, until an operator accepts
+    the reset; the acceptance starts the next epoch, recorded in the ledger, whose
+    boundaries count from the new log's start."""
+    epoch = ledger.current_epoch()
+    if after is not None and after.epoch < epoch:
+        raise TopicReset(
+            f"topic {ledger.topic}: the interval at {at.isoformat()} lies before the topic "
+            f"reset accepted as epoch {epoch} (docs/RUNBOOK.md#topic-reset): its records were in "
+            "the old log, which is gone. Nothing was frozen; plan intervals after the reset."
+        )
+    changes = [
+        change
+        for n in (before, after)
+        if n is not None and n.epoch == epoch
+        for change in offsets_went_back(n, topic_id, lso)
+    ]
+    if not changes:
+        return epoch
+    if not accept_reset:
+        raise TopicReset(
+            f"topic {ledger.topic} went backwards since the ledger's boundaries around "
+            f"{at.isoformat()} were resolved: {'; '.join(changes)}. It was deleted and "
+            "recreated, restored, or lost records in an unclean leader election; reading on "
+            "would skip the new log's records or read them as old slices'. Nothing was frozen. "
+            "Safe next step: find out what happened to the topic; records already in silver "
+            "stay there. To read the topic as it is now from its start, rerun planning with "
+            "the reset override (DAG param accept_topic_reset=true, or `slicewise plan ... "
+            "--accept-topic-reset`); it is recorded in the ledger (docs/RUNBOOK.md#topic-reset)."
+        )
+    started = ledger.start_epoch(
+        epoch + 1, {"topic_id": topic_id, "changes": changes, "found_at": at.isoformat()}
+    )
+    log.warning("TOPIC RESET ACCEPTED by override (epoch %s): %s", started["epoch"], changes)
+    return int(started["epoch"])
 
 
 def watch_holds(settings: Settings, ledger: Ledger, offsets: TopicOffsets, now: datetime) -> None:
@@ -110,6 +166,7 @@ def plan_slice(
     end: datetime,
     now: datetime | None = None,
     accept_data_loss: bool = False,
+    accept_topic_reset: bool = False,
 ) -> Slice:
     """Freeze and return the slice owned by the interval [start, end).
 
@@ -132,8 +189,8 @@ def plan_slice(
     losses = []
     if ledger.boundary(start) is None:
         losses = retention_losses(ledger, offsets, start, end, accept_data_loss)
-    lower = resolve_boundary(ledger, offsets, start)
-    upper = resolve_boundary(ledger, offsets, end)
+    lower = resolve_boundary(ledger, offsets, start, accept_topic_reset)
+    upper = resolve_boundary(ledger, offsets, end, accept_topic_reset)
     # Neighbouring boundaries must form valid slices; only the pairs around the two
     # just resolved can have changed, so only their neighbours are read, not the history.
     for b in (lower, upper):
@@ -145,6 +202,9 @@ def plan_slice(
     if losses:
         ack = {"losses": [d.__dict__ for d in losses], "found_by": "plan"}
         ledger.record_step(sl.slice_id, "data_loss_ack", ack)
+    if upper.epoch > lower.epoch:
+        reset = next(e for e in ledger.epochs() if e["epoch"] == upper.epoch)
+        ledger.record_step(sl.slice_id, "topic_reset_ack", reset)
     ledger.record_step(
         sl.slice_id, "plan", {"ranges": {str(p): list(r) for p, r in sl.ranges.items()}}
     )

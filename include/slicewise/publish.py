@@ -12,6 +12,7 @@ and announces a slice once, asking Airflow's own Asset events whether it has.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import asdict, dataclass
 
 from pyspark.sql import SparkSession
@@ -43,11 +44,13 @@ class Publication:
 def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publication:
     ledger = Ledger(settings.ledger_dir, settings.topic)
     gate = ledger.step(slice_id, "gate")
-    if not gate or not gate.get("success"):
+    if not gate or not gate.get("success") or ledger.is_unverified(slice_id):
         raise GateNotPassed(
-            f"slice {slice_id}: the gate has not passed (ledger: {gate}); run the gate first, "
-            "nothing was published."
+            f"slice {slice_id}: the gate has not passed since its last MERGE (ledger: {gate}); "
+            "run the gate first, nothing was published."
         )
+    silver_path = settings.table("silver")
+    version = verified_version(spark, settings, ledger, slice_id)
     # The hours to rebuild are the whole dedup-horizon window of the slice, not only
     # its own hours: its MERGE may have replaced a stored copy by an earlier-positioned
     # one with another occurred_at, moving that event out of an hour published before.
@@ -60,10 +63,16 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
         first, last = window_hours(window)
         hours = [first, last]
 
+        attempts = 0
+
         def rebuild() -> None:
+            nonlocal version, attempts
+            attempts += 1
+            if attempts > 1:  # a retry after a lost race: silver may have moved on
+                version = verified_version(spark, settings, ledger, slice_id)
             (
                 events_per_hour(
-                    silver_window(spark, settings, window),
+                    silver_window(spark, settings, window, version),
                     (first, last),
                     settings.pipeline.column_of(settings.pipeline.event_time),
                     tuple(settings.pipeline.column_of(p) for p in gold.group_by),
@@ -75,12 +84,13 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
             )
 
         # Two runs publishing at once (a backfill, two at a time) may both create gold, or
-        # rewrite overlapping hours: the loser recomputes its hours from silver as it is now.
+        # rewrite overlapping hours: the loser recomputes its hours from silver's latest
+        # verified version, never writing an older view over a newer one.
         retry_on_conflict(rebuild, f"gold of {slice_id}")
     fault_point("publish.gold_written", settings, slice_id)
     publication = Publication(
         slice_id=slice_id,
-        silver_version=table_version(spark, settings.table("silver")),
+        silver_version=version if version is not None else table_version(spark, silver_path),
         gold_version=table_version(spark, gold_path) if table_exists(spark, gold_path) else None,
         hours=hours,
     )
@@ -88,3 +98,62 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
     log.info("published %s: gold hours %s", slice_id, hours or "none")
     acknowledge(settings, ledger, ledger.load_slice(slice_id))
     return publication
+
+
+def verified_version(
+    spark: SparkSession, settings: Settings, ledger: Ledger, slice_id: str
+) -> int | None:
+    """A version of silver that holds the slice's MERGE and no MERGE a gate has not
+    proved (None: no silver yet): what gold is rebuilt from and the Asset event names.
+
+    A slice marks itself unverified, with silver's version then, before its MERGE can
+    commit above that version (`silver.write_slice`). So once silver's version is read,
+    the marks listed cover every unproved MERGE in it, and the version below every
+    mark holds none. Slices marked before this slice's MERGE committed may hold rows in
+    any version that holds it: publication waits for their gates, up to
+    `publish_wait_seconds` (a slice in flight passes in seconds); slices marked later
+    cannot delay it. A failed gate anywhere stops publication at once, naming the
+    slice: what a gate rejected never reaches gold, the Asset or the consumer group,
+    not even through another slice's publication, until it is repaired and passes."""
+    path = settings.table("silver")
+    merged = (ledger.step(slice_id, "silver") or {}).get("silver_version")
+    deadline = time.monotonic() + settings.publish_wait_seconds
+    while True:
+        version = table_version(spark, path) if table_exists(spark, path) else None
+        marks = ledger.unverified()
+        failed = sorted(s for s in marks if (ledger.step(s, "gate") or {}).get("success") is False)
+        below = {s: int(m.get("silver_version", -1)) for s, m in marks.items()}
+        holding = sorted(
+            s for s, v in below.items() if merged is None or version is None or v < merged
+        )
+        if not failed and not holding:
+            return min([version, *below.values()]) if version is not None else None
+        if failed or time.monotonic() > deadline:
+            raise PublicationBlocked(slice_id, failed, holding)
+        log.info("publish of %s waits for the gate of %s", slice_id, ", ".join(holding))
+        time.sleep(2)
+
+
+class PublicationBlocked(OperationalError):
+    """Silver holds rows of another slice that its gate has not proved (it failed, or has
+    not run): publishing now would pass them downstream."""
+
+    def __init__(self, slice_id: str, failed: list[str], pending: list[str]) -> None:
+        self.failed, self.pending = failed, pending
+        if failed:
+            why = (
+                f"slice(s) {', '.join(failed)} failed the gate, and silver holds their rows. "
+                "Nothing is published past a failed gate: repair it (docs/RUNBOOK.md#gate-failed) "
+                "and run its gate again until it passes, then clear this task."
+            )
+        else:
+            why = (
+                f"slice(s) {', '.join(pending)} merged into silver but their gate has not "
+                "passed yet (still running, or its run stopped before the gate). Run their "
+                "gate (clear the `gate` task of their run, or `slicewise gate --slice-id "
+                "...`), then clear this task."
+            )
+        super().__init__(
+            f"slice {slice_id} was NOT published: {why} Nothing downstream changed "
+            "(docs/RUNBOOK.md#publication-blocked)."
+        )

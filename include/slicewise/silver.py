@@ -42,7 +42,9 @@ from slicewise.tables import (
     of_slice,
     retry_on_conflict,
     side_by_side,
+    table_exists,
     table_properties,
+    table_version,
 )
 from slicewise.transforms import (
     event_date_span,
@@ -255,6 +257,18 @@ def write_slice(
     now-valid records. Cut off before that, they are still in quarantine (the counts
     do not reconcile until the rerun), never in neither."""
     pipeline = settings.pipeline
+    ledger = Ledger(settings.ledger_dir, settings.topic)
+    # Write-audit-publish: silver may hold the slice's rows before its gate proves them,
+    # so the ledger marks the slice unverified before the MERGE can commit, and no
+    # publication passes over it until its gate passes (`publish`). A MERGE under an
+    # id that already committed (silver recorded) changes nothing and needs no mark.
+    # The mark carries silver's version before it: the MERGE commits above it.
+    if merge_id is None or ledger.step(slice_id, "silver") is None:
+        path = settings.table("silver")
+        before = table_version(spark, path) if table_exists(spark, path) else -1
+        ledger.mark_unverified(
+            slice_id, {"by": "silver" if merge_id else "replay", "silver_version": before}
+        )
     # Cached: the ids, the span and the MERGE all read the survivors.
     kept = survivors(valid_events(parsed, pipeline), pipeline).cache()
 
@@ -324,7 +338,13 @@ def merge_slice(
 
     result = SilverResult(slice_id, window)
     ledger.record_step(
-        slice_id, "silver", {"window": None if window is None else [d.isoformat() for d in window]}
+        slice_id,
+        "silver",
+        {
+            "window": None if window is None else [d.isoformat() for d in window],
+            # At or above its MERGE's version: publication waits for slices marked below.
+            "silver_version": table_version(spark, settings.table("silver")),
+        },
     )
     log.info("silver %s: merged events of %s", sl.describe(), window or "no valid event")
     return result

@@ -4,6 +4,12 @@ A boundary B(t) maps each partition to the first offset at or after time t,
 capped at the last stable offset (LSO) when it was resolved. The run for the
 interval [t0, t1) owns the slice [B(t0), B(t1)). A partition absent from a
 boundary did not exist when it was resolved, so its offsets begin at 0 there.
+
+Each boundary also records which log its offsets count in: the topic's id (KIP-516)
+and the ledger's epoch. A topic deleted and recreated (a new id), or one whose offsets
+went backwards (an unclean leader election, a restore), starts a new epoch once an
+operator accepts it (`plan --accept-topic-reset`); a slice whose boundaries lie in two
+epochs reads the new log from its start.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ class Boundary:
     at: datetime
     offsets: Mapping[int, int]
     resolved_at: datetime | None = None
+    topic_id: str | None = None  # None: resolved before slicewise recorded topic ids
+    epoch: int = 0
 
     def offset(self, partition: int) -> int:
         return self.offsets.get(partition, 0)
@@ -80,6 +88,27 @@ class Slice:
 
 class ContiguityError(OperationalError):
     """Stored boundaries would make a slice overlap or skip offsets."""
+
+
+class TopicReset(OperationalError):
+    """The topic's offsets no longer count in the log the ledger's boundaries were
+    resolved in: it was deleted and recreated (a new topic id), or a partition's log
+    ends below a stored boundary (an unclean leader election, a restore). Reading on
+    would skip the new log's first records, or read them as the old slice's."""
+
+
+def offsets_went_back(stored: Boundary, topic_id: str | None, lso: Offsets) -> list[str]:
+    """How the topic now contradicts a boundary resolved in the current epoch: a new topic
+    id, or partitions whose LSO lies below the stored offset (an LSO never decreases)."""
+    found = []
+    if stored.topic_id is not None and topic_id is not None and stored.topic_id != topic_id:
+        found.append(f"the topic's id is {topic_id}, it was {stored.topic_id}")
+    for p, o in sorted(stored.offsets.items()):
+        if p not in lso and o > 0:
+            found.append(f"partition {p} no longer exists (the stored offset is {o})")
+        elif p in lso and lso[p] < o:
+            found.append(f"partition {p} ends at {lso[p]}, below the stored {o}")
+    return found
 
 
 @dataclass(frozen=True)
@@ -157,12 +186,15 @@ def resolve_offset(at_time: int | None, lso: int, floor: int, ceiling: int | Non
 
 
 def slice_between(lower: Boundary, upper: Boundary) -> Slice:
-    """The slice [lower, upper); raises if the boundaries go backwards."""
+    """The slice [lower, upper); raises if the boundaries go backwards. Across an accepted
+    topic reset (the upper boundary in a later epoch) the slice reads the new log from
+    its start: the lower boundary's offsets counted in a log that is gone."""
     if not utc(lower.at) < utc(upper.at):
         raise ContiguityError(f"boundary {lower.at} is not before {upper.at}")
+    reset = upper.epoch > lower.epoch
     ranges: dict[int, tuple[int, int]] = {}
     for partition in sorted(set(lower.offsets) | set(upper.offsets)):
-        frm, until = lower.offset(partition), upper.offset(partition)
+        frm, until = 0 if reset else lower.offset(partition), upper.offset(partition)
         if until < frm:
             raise ContiguityError(
                 f"partition {partition}: boundary at {lower.at} is {frm} but the later one at "

@@ -3,7 +3,8 @@
 The ledger's guarantees need two operations of any store: `create`, which
 writes a name only if it does not exist yet (so the first boundary written for
 a time wins and is never rewritten), and `replace`, which swaps a whole object
-at once (the latest outcome of a step). A local folder does the first with a
+at once (the latest outcome of a step); `delete` only clears a slice's
+"unverified" marker once its gate passed. A local folder does the first with a
 hard link and the second with a rename, both fsynced. S3, GCS and Azure do the
 first with a conditional put (`If-None-Match: *`) and the second with a plain
 put, through obstore; S3-compatible servers must honour the condition atomically
@@ -35,6 +36,8 @@ class Store(Protocol):
     def create(self, key: str, data: bytes) -> bool: ...
 
     def replace(self, key: str, data: bytes) -> None: ...
+
+    def delete(self, key: str) -> None: ...
 
     def keys(
         self, prefix: str, after: str | None = None, limit: int | None = None
@@ -78,6 +81,10 @@ class LocalFolder:
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as tmp:
             tmp.write(data)
         os.replace(tmp.name, path)
+
+    def delete(self, key: str) -> None:
+        """Remove `key`; nothing happens if it is not there."""
+        (self.root / key).unlink(missing_ok=True)
 
     def keys(self, prefix: str, after: str | None = None, limit: int | None = None) -> list[str]:
         """Keys under `prefix` (recursively), in order; only those after `after` and at
@@ -140,6 +147,15 @@ class ObjectStore:
         import obstore
 
         obstore.put(self._store, key, data)
+
+    def delete(self, key: str) -> None:
+        """Remove `key`; nothing happens if it is not there (S3's delete is idempotent)."""
+        import obstore
+
+        try:
+            obstore.delete(self._store, key)
+        except FileNotFoundError:
+            pass
 
     def keys(self, prefix: str, after: str | None = None, limit: int | None = None) -> list[str]:
         """Keys under `prefix`, in order; from `after` on and at most `limit` of them when

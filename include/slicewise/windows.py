@@ -40,9 +40,16 @@ def window_of(span: Row | None, settings: Settings) -> Window | None:
     return horizon_window(span["first"], span["last"], settings.dedup_horizon_days)
 
 
-def silver_window(spark: SparkSession, settings: Settings, window: Window | None) -> DataFrame:
-    """Silver rows within a window of event dates (partition-pruned)."""
-    silver = read_table(spark, settings.table("silver"), silver_schema(settings.pipeline))
+def silver_window(
+    spark: SparkSession, settings: Settings, window: Window | None, version: int | None = None
+) -> DataFrame:
+    """Silver rows within a window of event dates (partition-pruned); as of `version`
+    when given (publication reads the version it proved verified)."""
+    path, schema = settings.table("silver"), silver_schema(settings.pipeline)
+    if version is None:
+        silver = read_table(spark, path, schema)
+    else:
+        silver = spark.read.format("delta").option("versionAsOf", version).load(path)
     if window is None:
         return silver.limit(0)
     lo, hi = window

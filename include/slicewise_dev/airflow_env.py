@@ -21,18 +21,32 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import psutil
 
 from slicewise.config import REPO_ROOT, Settings, load_settings
+from slicewise.errors import ConfigError
+from slicewise.pipelines import definitions_file, load_pipelines
 from slicewise_dev.process import end_tree
 
 VENV_BIN = Path(sys.executable).parent
 
 
-def airflow_env(settings: Settings, spark_master: str = "local[*]") -> dict[str, str]:
-    """`spark_master` is for the spark-submit mode; the Spark Connect mode (the default)
+def airflow_env(
+    settings: Settings,
+    spark_master: str = "local[*]",
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment of Airflow and its tasks: `environ` (default: this process's) with
+    the settings' state, lakehouse, broker and Spark Connect server.
+
+    Every pipeline of the definition file is a DAG of this Airflow, and each task reads
+    its own pipeline's topic from the file: SLICEWISE_TOPIC is set only when `settings`
+    override the topic of a file with one pipeline (a test's own topic).
+
+    `spark_master` is for the spark-submit mode; the Spark Connect mode (the default)
     uses the server of SLICEWISE_SPARK_REMOTE, or the embedded one (`make spark-connect`)."""
     from slicewise.connect_server import connect_connection, embedded
 
@@ -40,14 +54,16 @@ def airflow_env(settings: Settings, spark_master: str = "local[*]") -> dict[str,
     server = None if settings.spark_remote else embedded(settings)
     remote = settings.spark_remote or server.url
     token = settings.spark_token or (server.token if server else None)
+    environ = os.environ if environ is None else environ
     env = {
-        **os.environ,
+        **{name: value for name, value in environ.items() if name != "SLICEWISE_TOPIC"},
+        **topic_override(settings, environ),
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         # The scheduler, triggerer and api-server share one SQLite file: wait for its lock
         # (up to 60 s) instead of failing at once with "database is locked".
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": os.environ.get(
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": environ.get(
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{home}/airflow.db?timeout=60"
         ),
         "AIRFLOW__CORE__PARALLELISM": "2",
@@ -60,10 +76,9 @@ def airflow_env(settings: Settings, spark_master: str = "local[*]") -> dict[str,
         # A laptop's UI and execution API, not the network's (the default binds 0.0.0.0).
         "AIRFLOW__API__HOST": "127.0.0.1",
         # spark-submit (from the pyspark wheel) must be on the task's PATH.
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PATH": f"{VENV_BIN}{os.pathsep}{environ.get('PATH', '')}",
         "SLICEWISE_STATE_DIR": str(settings.state_dir),
         "SLICEWISE_LAKEHOUSE": settings.lakehouse,
-        "SLICEWISE_TOPIC": settings.topic,
         "SLICEWISE_KAFKA_BOOTSTRAP": settings.bootstrap_servers,
         "SLICEWISE_CACHE_DIR": str(settings.cache_dir),
         "SLICEWISE_SPARK_REMOTE": remote,
@@ -74,6 +89,31 @@ def airflow_env(settings: Settings, spark_master: str = "local[*]") -> dict[str,
     )
     env.setdefault("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", connect_connection(remote, token))
     return env
+
+
+def topic_override(settings: Settings, environ: Mapping[str, str]) -> dict[str, str]:
+    """SLICEWISE_TOPIC for the tasks, only if `settings` read another topic than their
+    pipeline's `topic:` (a test's own topic). It holds for every pipeline of the file
+    (`load_settings` refuses it in a file of two or more), so the topic of the pipeline
+    `settings` were loaded for, the file's first, is never passed on by itself."""
+    if settings.topic == settings.pipeline.topic:
+        return {}
+    path = definitions_file(environ)
+    if len(load_pipelines(path)) > 1:
+        raise ConfigError(
+            f"pipeline {settings.pipeline.name!r} reads topic {settings.topic!r}, not its "
+            f"`topic:` {settings.pipeline.topic!r}, and {path} has more than one pipeline: "
+            "SLICEWISE_TOPIC would send them all to that topic; set each pipeline's `topic:` "
+            "in the file instead."
+        )
+    return {"SLICEWISE_TOPIC": settings.topic}
+
+
+def ui_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What `make airflow-ui` (and `make airflow-ui-stop`) run Airflow with: the
+    environment's settings, for every pipeline of its definition file."""
+    environ = os.environ if environ is None else environ
+    return airflow_env(load_settings(environ), environ=environ)
 
 
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
@@ -140,7 +180,7 @@ def stop(env: dict[str, str], timeout: float = 60.0) -> int:
 
 
 def main(argv: list[str]) -> int:
-    env = airflow_env(load_settings())
+    env = ui_env()
     if argv == ["stop"]:
         return stop(env)
     migrate(env)

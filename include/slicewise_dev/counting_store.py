@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-COUNTED = ("read", "keys", "folders", "create", "replace")
+COUNTED = ("read", "keys", "folders", "create", "replace", "delete")
 
 
 class CountingStore:

@@ -10,10 +10,14 @@ scheduler started afterwards moves on to the open hour and runs no slice again. 
 made with `airflow dags test` for an interval carried the interval's *end* as their
 logical date, the one the timetable gives the next interval: a scheduler started
 afterwards logged "run already exists" once a second and never moved on.
+
+Airflow runs in `make airflow-ui`'s own environment (`slicewise_dev.airflow_env.ui_env`),
+so the UI runs both pipelines as this test does.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
@@ -27,7 +31,7 @@ from sqlalchemy import text
 from slicewise.config import load_settings
 from slicewise.ledger import Ledger
 from slicewise.pipelines import REPO_ROOT
-from slicewise_dev.airflow_env import VENV_BIN, airflow_env
+from slicewise_dev.airflow_env import VENV_BIN, ui_env
 from slicewise_dev.airflow_services import AirflowServices
 from slicewise_dev.source import Faults, produce
 
@@ -80,16 +84,27 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(
     topics = {"events": new_topic(3), "orders": new_topic(3)}
     definitions = definitions_with_topics(tmp_path, topics)
     home = tmp_path / "airflow"
+    # `make airflow-ui`'s own environment (`ui_env`), from a shell that names the file
+    # and this test's broker, server and lakehouse: every task of both DAGs runs in it,
+    # each on its own pipeline's topic (issue 49: every task failed, the environment
+    # carrying the first pipeline's topic as SLICEWISE_TOPIC).
+    shell = {
+        **{k: v for k, v in os.environ.items() if k != "SLICEWISE_TOPIC"},
+        "SLICEWISE_KAFKA_BOOTSTRAP": base.bootstrap_servers,
+        "SLICEWISE_SPARK_REMOTE": base.spark_remote,
+        "SLICEWISE_STATE_DIR": str(base.state_dir),
+        "SLICEWISE_LAKEHOUSE": base.lakehouse,
+        "SLICEWISE_PIPELINES_FILE": str(definitions),
+    }
     env = {
-        **airflow_env(base),
+        **ui_env(shell),
         "AIRFLOW_HOME": str(home),
         # PostgreSQL: the second DAG's `airflow backfill create` races the scheduler working
         # on the first, and on SQLite it failed with "database is locked" (one CI run).
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres_url,
         "SLICEWISE_GRACE_SECONDS": "0",
-        "SLICEWISE_PIPELINES_FILE": str(definitions),
     }
-    env.pop("SLICEWISE_TOPIC")  # each pipeline's topic comes from the file
+    assert "SLICEWISE_TOPIC" not in env  # each pipeline's topic comes from the file
     settings = {name: load_settings(env, pipeline=name) for name in topics}
     assert {n: s.topic for n, s in settings.items()} == topics
 

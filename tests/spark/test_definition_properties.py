@@ -1,5 +1,6 @@
 """Property-based tests (hypothesis) over generated pipeline definitions and records on
 real Spark: every record ends valid or quarantined with a reason of its definition,
+a number its declared type cannot hold is quarantined rather than stored as a null,
 and the in-slice dedup is order-independent for any key shape."""
 
 from __future__ import annotations
@@ -151,6 +152,60 @@ def test_every_record_of_any_definition_is_valid_or_quarantined_with_its_reason(
     assert [f.name for f in valid_events(parsed, pipeline).schema.fields] == [
         f.name for f in silver_schema(pipeline).fields
     ]
+    parsed.unpersist()
+
+
+# Integers past 64 bits that the parse still holds exactly, as a decimal of up to 38
+# digits (a longer one it holds as a double: a wrong type for an integer field).
+BEYOND_64_BITS = (
+    st.sampled_from([2**70, -(2**70), 2**63, -(2**63) - 1])
+    | st.integers(2**63, 10**38 - 1)
+    | st.integers(-(10**38) + 1, -(2**63) - 1)
+)
+INT64_EDGES = st.sampled_from([2**63 - 1, -(2**63)])
+# Written as JSON text: Python's json writes an infinity as `Infinity`, which is not JSON.
+BEYOND_DOUBLE = st.sampled_from(["1e400", "-1e400", "2e308", "-1.8e308"])
+DOUBLE_EDGES = st.sampled_from([1.7976931348623157e308, -1.7976931348623157e308, 5e-324])
+
+
+def _has_numbers(pipeline) -> bool:
+    return any(s.type in ("integer", "number") for s in pipeline.fields.values())
+
+
+@BATCHES
+@given(data=st.data())
+def test_a_number_its_declared_type_cannot_hold_is_quarantined_never_stored_as_null(spark, data):
+    pipeline = data.draw(definitions().filter(_has_numbers))
+    numeric = [p for p, s in pipeline.fields.items() if s.type in ("integer", "number")]
+    batch = []  # (value, the field set, the value it must hold, or None: out of range)
+    for _ in range(data.draw(st.integers(1, 12))):
+        doc: dict = {}
+        for path, spec in pipeline.fields.items():
+            if spec.required:
+                put(doc, path, value_for(spec, data.draw))
+        target = data.draw(st.sampled_from(numeric))
+        integer = pipeline.fields[target].type == "integer"
+        if data.draw(st.booleans()):
+            held = data.draw(INT64_EDGES if integer else DOUBLE_EDGES)
+            batch.append((json.dumps(put(doc, target, held)).encode(), target, held))
+        else:
+            beyond = str(data.draw(BEYOND_64_BITS)) if integer else data.draw(BEYOND_DOUBLE)
+            text = json.dumps(put(doc, target, "@beyond@")).replace('"@beyond@"', beyond)
+            batch.append((text.encode(), target, None))
+    parsed = parse_events(
+        bronze_rows(spark, [(0, i, v) for i, (v, _, _) in enumerate(batch)]), pipeline, 4096
+    ).cache()
+    good = {r.kafka_offset: r for r in valid_events(parsed, pipeline).collect()}
+    bad = {r.offset: r.reason for r in quarantined(parsed).collect()}
+
+    assert set(bad.values()) <= set(reasons(pipeline))
+    for offset, (value, target, held) in enumerate(batch):
+        if held is None:
+            assert offset not in good, (value, good.get(offset))
+            assert bad.get(offset) == f"out_of_range:{target}", value
+        else:  # the edges of the declared type are kept, exactly
+            assert offset in good, (value, bad.get(offset))
+            assert getattr(good[offset], pipeline.column_of(target)) == held, value
     parsed.unpersist()
 
 

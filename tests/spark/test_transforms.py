@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from slicewise.contract import parse_events
-from slicewise.pipelines import FieldSpec, Survivor, load_pipelines
+from slicewise.pipelines import FieldSpec, PipelinesFile, Survivor, load_pipelines
 from slicewise.transforms import (
     dedup_within,
     event_date_span,
@@ -237,6 +237,7 @@ ORDER_DEFECTS = [
     (order(status="lost"), "not_allowed:status"),
     (order(created_at="2026-11-01T08:00:00Z"), "wrong_type:created_at"),  # millis declared
     (order(created_at=10**16), "unparseable_time:created_at"),  # beyond any calendar
+    (order(created_at=2**70), "unparseable_time:created_at"),  # and beyond 64 bits
     (order(coupon=5), "wrong_type:coupon"),  # optional, but typed when present
 ]
 
@@ -288,3 +289,56 @@ def test_a_survivor_ordered_by_a_field_keeps_the_highest_whatever_the_position(s
     parsed = parse_events(bronze_rows(spark, values), versioned, 1024)
     [kept] = dedup_within(valid_events(parsed, versioned), versioned).collect()
     assert (kept.version, kept.kafka_partition, kept.kafka_offset) == (5, 0, 2)
+
+
+# A definition keyed on an integer, with an integer and a number beside it, for the
+# values a declared type cannot hold: quarantined as out_of_range, never a null.
+COUNTERS = PipelinesFile.model_validate(
+    {
+        "pipelines": {
+            "counters": {
+                "topic": "counters",
+                "key": ["id"],
+                "event_time": "at",
+                "fields": {
+                    "id": {"type": "integer", "required": True},
+                    "at": {"type": "timestamp", "required": True, "format": "epoch_millis"},
+                    "n": {"type": "integer"},
+                    "x": {"type": "number"},
+                },
+            }
+        }
+    }
+).pipelines["counters"]
+
+
+def counter(id="1", n="2", x="0.5") -> bytes:
+    """A record written as JSON text, each number as given (1e400 has no Python float)."""
+    return f'{{"id": {id}, "at": {CREATED}, "n": {n}, "x": {x}}}'.encode()
+
+
+@pytest.mark.parametrize("field", ["id", "n"])  # the key, and an integer beside it
+def test_an_integer_past_64_bits_is_quarantined_and_the_64_bit_edges_are_kept(spark, field):
+    held = [2**63 - 1, -(2**63)]
+    beyond = [2**70, -(2**70), 2**63, -(2**63) - 1, 2**70]  # 2**70 twice: a re-send
+    values = [(0, i, counter(**{field: str(v)})) for i, v in enumerate(held + beyond)]
+    parsed = parse_events(bronze_rows(spark, values), COUNTERS, 1024)
+    valid = valid_events(parsed, COUNTERS)
+    assert {r.kafka_offset: r[field] for r in valid.collect()} == {0: 2**63 - 1, 1: -(2**63)}
+    assert {r.offset: r.reason for r in quarantined(parsed).collect()} == {
+        offset: f"out_of_range:{field}" for offset in range(len(held), len(values))
+    }
+    assert dedup_within(valid, COUNTERS).count() == (1 if field == "n" else 2)
+
+
+def test_a_number_past_a_double_is_quarantined_and_the_largest_double_is_kept(spark):
+    held = ["1.7976931348623157e308", "-1.7976931348623157e308", "5e-324"]
+    beyond = ["1e400", "-1e400", "2e308"]
+    values = [(0, i, counter(x=v)) for i, v in enumerate(held + beyond)]
+    parsed = parse_events(bronze_rows(spark, values), COUNTERS, 1024)
+    assert {r.kafka_offset: r.x for r in valid_events(parsed, COUNTERS).collect()} == {
+        i: float(v) for i, v in enumerate(held)
+    }
+    assert {r.offset: r.reason for r in quarantined(parsed).collect()} == {
+        offset: "out_of_range:x" for offset in range(len(held), len(values))
+    }

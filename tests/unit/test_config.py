@@ -28,6 +28,32 @@ def test_kafka_properties_reach_the_python_clients_as_given():
     assert dict(s.kafka_props) == {"sasl.mechanism": "PLAIN", "security.protocol": "SASL_SSL"}
 
 
+def test_a_printed_or_logged_settings_shows_which_secrets_are_set_never_their_values(tmp_path):
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required password="s3cr3t";'
+    s = load_settings(
+        {
+            "SLICEWISE_STATE_DIR": str(tmp_path),
+            "SLICEWISE_KAFKA_PROP_SECURITY_PROTOCOL": "SASL_SSL",
+            "SLICEWISE_KAFKA_PROP_SASL_MECHANISM": "PLAIN",
+            "SLICEWISE_KAFKA_PROP_SASL_USERNAME": "etl",
+            "SLICEWISE_KAFKA_PROP_SASL_PASSWORD": "pa55word",
+            "SLICEWISE_KAFKA_SPARK_PROP_SASL_JAAS_CONFIG": jaas,
+            "SLICEWISE_SPARK_REMOTE": "sc://spark:15002/;token=t0ken;use_ssl=true",
+            "SLICEWISE_SPARK_TOKEN": "env-t0ken",
+        }
+    )
+    assert s.kafka_props["sasl.password"] == "pa55word"  # the values are all still there
+    shown = repr(s)
+    for text in (shown, str(s), f"{s}"):  # what a log line or a print shows
+        for secret in ("pa55word", "s3cr3t", "t0ken"):
+            assert secret not in text, text
+    # The keys stay, so a reader sees what is configured.
+    assert "'sasl.password': '***'" in shown and "'sasl.jaas.config': '***'" in shown
+    assert "'security.protocol': '***'" in shown
+    assert "spark_remote='sc://spark:15002/;token=***;use_ssl=true'" in shown
+    assert shown.startswith("Settings(bootstrap_servers='127.0.0.1:19092', topic='events', ")
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [

@@ -11,7 +11,14 @@ from collections import deque
 from collections.abc import Mapping
 from datetime import datetime
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from slicewise.config import Settings
@@ -65,6 +72,21 @@ class TopicOffsets:
                 f"({topic.error if topic else 'not listed'}); create it or fix SLICEWISE_TOPIC."
             )
         return sorted(topic.partitions)
+
+    def topic_id(self) -> str | None:
+        """The topic's id (KIP-516): a topic deleted and recreated under its name gets a
+        new one. None from a broker too old to give one (before Kafka 2.8)."""
+        try:
+            futures = self._admin.describe_topics(
+                TopicCollection([self.topic]), request_timeout=self.timeout
+            )
+            found = futures[self.topic].result().topic_id
+        except KafkaException as exc:
+            raise KafkaUnavailable(
+                f"describing topic {self.topic!r} failed: {exc}; check the broker, then retry "
+                "the task: nothing was written."
+            ) from exc
+        return None if found is None or str(found) == "AAAAAAAAAAAAAAAAAAAAAA" else str(found)
 
     def _list(
         self,

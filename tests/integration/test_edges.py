@@ -1,0 +1,210 @@
+"""The promise at its edges, against a real broker and real Delta tables: a failed gate
+holds every publication until it passes (write-audit-publish), a topic deleted and
+recreated is refused and then read from its start, and a partition added before a
+backfilled interval plans contiguous slices."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from pyspark.sql import functions as F
+
+from slicewise.gate import GateFailed, run_gate
+from slicewise.ingest import run_ingest
+from slicewise.kafka.consumer_group import ConsumerGroup
+from slicewise.kafka.offsets import TopicOffsets, client_conf
+from slicewise.ledger import Ledger
+from slicewise.planner import plan_slice
+from slicewise.publish import PublicationBlocked, run_publish
+from slicewise.slices import TopicReset
+from slicewise.tables import table_exists
+from slicewise_dev.producer import Record, TxProducer, event_value
+
+pytestmark = pytest.mark.integration
+
+T0 = (datetime.now(UTC) - timedelta(days=2)).replace(hour=0, minute=0, second=0, microsecond=0)
+LATER = datetime.now(UTC) + timedelta(days=365)  # every test interval has closed
+
+DEFINITION = """
+pipelines:
+  events:
+    topic: {topic}
+    key: [event_id]
+    event_time: occurred_at
+    fields:
+      event_id: {{type: string, required: true}}
+      event_type: {{type: string, required: true}}
+      occurred_at: {{type: timestamp, required: true}}
+      payload: {{type: object}}
+    gold:
+      group_by: [event_type]
+    expectations:
+      - expect_column_values_to_be_in_set: {{column: event_type, value_set: {allowed}}}
+"""
+
+
+def at(hours: float) -> datetime:
+    return T0 + timedelta(hours=hours)
+
+
+def ev(event_id: str, hours: float, partition: int = 0, event_type: str = "click") -> Record:
+    return Record(event_value(event_id, at(hours), event_type=event_type), partition, at(hours))
+
+
+def gold_events(spark, settings) -> int:
+    gold = spark.read.format("delta").load(settings.table("gold_events_per_hour"))
+    return gold.agg(F.sum("events")).first()[0] or 0
+
+
+def test_a_failed_gate_holds_every_publication_until_it_passes(
+    spark, pipeline_factory, new_topic, tmp_path
+):
+    """Slice A fails a declared expectation; slice B an hour later passes its own gate
+    but is not published (gold, the consumer group and the ledger's publication stay
+    where they were) until A is repaired and passes; then both publish."""
+    topic = new_topic(3)
+    strict, relaxed = tmp_path / "strict.yaml", tmp_path / "relaxed.yaml"
+    strict.write_text(DEFINITION.format(topic=topic, allowed="[click, view]"))
+    relaxed.write_text(DEFINITION.format(topic=topic, allowed="[click, view, refund]"))
+    settings, producer = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(strict))
+    producer.send([ev(f"a-{i}", 0.1 + i / 100, i % 3) for i in range(20)])
+    producer.send([ev(f"r-{i}", 0.5, i % 3, event_type="refund") for i in range(5)])
+    producer.send([ev(f"b-{i}", 1.1 + i / 100, i % 3) for i in range(30)])
+    ledger = Ledger(settings.ledger_dir, settings.topic)
+
+    a = plan_slice(settings, at(0), at(1), now=LATER)
+    run_ingest(spark, settings, a.slice_id)
+    with pytest.raises(GateFailed, match="no other slice publishes until this one passes"):
+        run_gate(spark, settings, a.slice_id)
+    b = plan_slice(settings, at(1), at(2), now=LATER)
+    run_ingest(spark, settings, b.slice_id)
+    assert run_gate(spark, settings, b.slice_id)["success"]
+    with pytest.raises(PublicationBlocked, match=f"{a.slice_id} failed the gate") as blocked:
+        run_publish(spark, settings, b.slice_id)
+    assert "NOT published" in str(blocked.value)
+    assert ledger.step(b.slice_id, "publish") is None
+    assert not table_exists(spark, settings.table("gold_events_per_hour"))
+    with ConsumerGroup(client_conf(settings), "slicewise.events", topic) as group:
+        assert group.committed(range(3)) == {}
+
+    # The repair: the definition now allows refunds; A's gate passes, both publish.
+    relaxed_settings, _ = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(relaxed))
+    repaired = replace(settings, pipeline=relaxed_settings.pipeline)
+    assert run_gate(spark, repaired, a.slice_id)["success"]
+    run_publish(spark, repaired, b.slice_id)
+    assert gold_events(spark, settings) == 55  # B's window holds A's hour too
+    run_publish(spark, repaired, a.slice_id)
+    assert gold_events(spark, settings) == 55
+    with ConsumerGroup(client_conf(settings), "slicewise.events", topic) as group:
+        held = group.committed(range(3))
+    assert {p: o for p, (o, _) in held.items()} == {p: hi for p, (_, hi) in b.ranges.items()}
+    published = ledger.step(b.slice_id, "publish")
+    silver_then = (
+        spark.read.format("delta")
+        .option("versionAsOf", published["silver_version"])
+        .load(settings.table("silver"))
+    )
+    assert silver_then.where(F.col("event_id").startswith("b-")).count() == 30
+
+
+def test_a_publication_waits_for_a_slice_merged_before_it(spark, pipeline):
+    """Another slice merged before this one and its gate not run yet: publication waits
+    (here past `publish_wait_seconds`) and names it, instead of publishing its rows."""
+    settings, producer = pipeline
+    settings = replace(settings, publish_wait_seconds=3)
+    producer.send([ev(f"a-{i}", 0.2, i % 3) for i in range(4)])
+    producer.send([ev(f"b-{i}", 1.2, i % 3) for i in range(4)])
+    a = plan_slice(settings, at(0), at(1), now=LATER)
+    b = plan_slice(settings, at(1), at(2), now=LATER)
+    run_ingest(spark, settings, a.slice_id)
+    run_ingest(spark, settings, b.slice_id)
+    run_gate(spark, settings, b.slice_id)
+    started = time.monotonic()
+    with pytest.raises(PublicationBlocked, match=f"{a.slice_id} merged into silver but"):
+        run_publish(spark, settings, b.slice_id)
+    assert time.monotonic() - started >= 3
+    run_gate(spark, settings, a.slice_id)
+    publication = run_publish(spark, settings, b.slice_id)
+    assert gold_events(spark, settings) == 8
+    assert publication.silver_version >= 0
+
+
+def recreate(admin: AdminClient, topic: str, partitions: int) -> None:
+    """Delete `topic` and create it again under its name (Kafka gives it a new id)."""
+    admin.delete_topics([topic])[topic].result(timeout=30)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            admin.create_topics([NewTopic(topic, partitions, -1)])[topic].result(timeout=30)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)  # the deletion is still under way
+    while any(p.leader < 0 for p in admin.list_topics(topic).topics[topic].partitions.values()):
+        time.sleep(0.1)
+
+
+def test_a_recreated_topic_is_refused_then_read_from_its_start(spark, pipeline, kafka_bootstrap):
+    settings, producer = pipeline
+    producer.send([ev(f"old-{i}", 0.2 + i / 100, i % 3) for i in range(30)])
+    first = plan_slice(settings, at(0), at(1), now=LATER)
+    frozen = plan_slice(settings, at(1), at(2), now=LATER)  # frozen, never ingested
+    run_ingest(spark, settings, first.slice_id)
+
+    recreate(AdminClient(client_conf(settings)), settings.topic, 3)
+    fresh = TxProducer(client_conf(settings), settings.topic, f"tx-{settings.topic}-fresh")
+    fresh.send([ev(f"new-{i}", 1.5 + i / 100, i % 3) for i in range(12)])
+    fresh.send([ev(f"next-{i}", 2.5, i % 3) for i in range(6)])
+
+    # The slice frozen in the old topic: its offsets would read the new topic's records.
+    with pytest.raises(TopicReset, match="no longer the log this slice was frozen in"):
+        run_ingest(spark, settings, frozen.slice_id)
+    # A new interval: refused, naming the new id, until the override.
+    with pytest.raises(TopicReset, match="the topic's id is"):
+        plan_slice(settings, at(2), at(3), now=LATER)
+    reset = plan_slice(settings, at(2), at(3), now=LATER, accept_topic_reset=True)
+    assert all(frm == 0 for frm, _ in reset.ranges.values())
+    assert plan_slice(settings, at(2), at(3), now=LATER) == reset  # frozen, as any slice
+    ledger = Ledger(settings.ledger_dir, settings.topic)
+    assert [e["epoch"] for e in ledger.epochs()] == [1]
+    assert ledger.step(reset.slice_id, "topic_reset_ack")["epoch"] == 1
+    run_ingest(spark, settings, reset.slice_id)
+    silver = spark.read.format("delta").load(settings.table("silver"))
+    ids = {r.event_id for r in silver.select("event_id").collect()}
+    assert {f"new-{i}" for i in range(12)} <= ids  # before the interval, in the new log
+    assert {f"next-{i}" for i in range(6)} <= ids
+    assert len(ids) == 30 + 18
+    # The old slice goes on only with the data-loss override, as lost.
+    run_ingest(spark, settings, frozen.slice_id, accept_data_loss=True)
+    assert ledger.step(frozen.slice_id, "data_loss_ack")["topic_reset"]
+    assert silver.count() == 48
+    # Later intervals plan in the new epoch without the override.
+    assert plan_slice(settings, at(3), at(4), now=LATER).ranges
+
+
+def test_a_partition_added_then_an_earlier_interval_backfilled(spark, pipeline_factory, new_topic):
+    """Hour 2 is planned while the topic has one partition; a second is added and gets
+    records of hours 0 and 2; hour 0 is then backfilled. Its boundaries must agree with
+    hour 2's (where partition 1 did not exist, so begins at 0): every record of
+    partition 1 is owned by exactly one slice, and no plan is refused."""
+    topic = new_topic(1)
+    settings, producer = pipeline_factory(topic=topic)
+    producer.send([ev("p0-a", 0.5), ev("p0-b", 2.5)])
+    later = plan_slice(settings, at(2), at(3), now=LATER)
+    admin = AdminClient(client_conf(settings))
+    admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
+    grown = TxProducer(client_conf(settings), topic, f"tx-{topic}-grown")  # sees partition 1
+    grown.send([ev("p1-a", 0.5, 1), ev("p1-b", 2.5, 1)])
+    slices = [plan_slice(settings, at(h), at(h + 1), now=LATER) for h in (0, 1, 3)]
+    owned = [o for sl in [later, *slices] for o in range(*sl.ranges.get(1, (0, 0)))]
+    end = TopicOffsets.of(settings).last_stable([1])[1]  # two records and the commit marker
+    assert sorted(owned) == list(range(end)) and end == 3
+    for sl in [later, *slices]:
+        run_ingest(spark, settings, sl.slice_id)
+    silver = spark.read.format("delta").load(settings.table("silver"))
+    assert sorted(r.event_id for r in silver.collect()) == ["p0-a", "p0-b", "p1-a", "p1-b"]
