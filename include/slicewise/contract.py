@@ -17,6 +17,10 @@ A record's reason is the first rule it breaks: the record-level rules
   blank:<field>            a string that is empty or only whitespace
   not_allowed:<field>      a value outside the field's `allowed` list
   unparseable_time:<field> a timestamp/date that does not match its format
+  out_of_bounds:<field>    the event-time field only, after its rules above: a time
+                           more than `event_time_bound_days` from the record's own
+                           Kafka timestamp, either way (one event at epoch 0 would
+                           otherwise widen its slice's MERGE, gate and gold to decades)
 
 Why a variant parse rather than `from_json` with the typed schema: `from_json`
 turns any JSON token read into a string field into its text (42 -> "42"), so it
@@ -61,6 +65,7 @@ def reasons(pipeline: Pipeline) -> tuple[str, ...]:
         RECORD_REASONS
         + wire
         + tuple(f"{rule}:{path}" for path in pipeline.fields for rule in FIELD_RULES)
+        + (f"out_of_bounds:{pipeline.event_time}",)
     )
 
 
@@ -240,7 +245,24 @@ def quarantine_reason(pipeline: Pipeline, max_value_bytes: int, wire: bool) -> C
             reason = reason.when(~absent & ~F.array_contains(allowed, value), f"not_allowed:{path}")
         if spec.type in ("timestamp", "date"):
             reason = reason.when(~absent & F.col(f"{n}_time").isNull(), f"unparseable_time:{path}")
+        if path == pipeline.event_time:
+            reason = reason.when(
+                _out_of_bounds(F.col(f"{n}_time"), pipeline), f"out_of_bounds:{path}"
+            )
     return reason
+
+
+def _out_of_bounds(time: Column, pipeline: Pipeline) -> Column:
+    """Does a parsed event time lie more than `event_time_bound_days` from the record's
+    Kafka timestamp (bronze's `timestamp`), either way?
+
+    The record's own timestamp, not the slice's interval: the rule stays per row, and a
+    backfill of old events produced now has an old event time but a new timestamp,
+    within the default bound. A date is compared as its midnight (UTC session). An
+    Avro pipeline reaches this through the same field rules."""
+    bound = F.expr(f"INTERVAL {pipeline.event_time_bound_days} DAYS")
+    at, kafka = time.cast("timestamp"), F.col("timestamp")
+    return (at < kafka - bound) | (at > kafka + bound)
 
 
 def _out_of_range(spec: FieldSpec, value: Column) -> Column:

@@ -25,8 +25,12 @@ before its object: every stored object has one; a marker whose object is missing
 from __future__ import annotations
 
 import json
+import logging
+import time
+import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from slicewise.errors import OperationalError
@@ -41,6 +45,8 @@ INDEX = "newest-first"
 # Written once every object an earlier version stored flat has its place in a day folder.
 BY_DAY = "layout/by-day"
 PAGE = 20  # keys listed per request when walking to a neighbour
+LEASE = "planning.lease"  # held while a planner resolves and stores new boundaries
+log = logging.getLogger(__name__)
 _REVERSED = str.maketrans("0123456789", "9876543210")
 
 
@@ -224,6 +230,37 @@ class Ledger:
                     self.store.create(self._marker("slices", key.split("/")[1]), b"")
             self.store.create(BY_DAY, b"")
         self._laid_out = True
+
+    # -- one planner resolves new boundaries at a time ------------------------
+    @contextmanager
+    def planning(self, lease: timedelta = timedelta(seconds=45)) -> Iterator[None]:
+        """Hold the ledger's planning lease while new boundaries are resolved and stored.
+
+        Two planners resolving non-adjacent new boundaries between the same neighbours
+        see neither's answer; with LSOs read at different moments they could store a
+        pair that contradicts (the later boundary below the earlier), and every plan
+        of the two intervals would then fail. The lease is an object created only if
+        absent (the conditional put every boundary relies on); a planner that died
+        holding it leaves it to expire after `lease`, then the next one takes it over.
+        """
+        owner = uuid.uuid4().hex
+        while True:
+            now = datetime.now(UTC)
+            payload = {"owner": owner, "expires_at": (now + lease).isoformat()}
+            if self.store.create(LEASE, _dump(payload)):
+                break
+            held = self._read(LEASE)
+            if held is not None and datetime.fromisoformat(held["expires_at"]) < now:
+                log.warning("planning lease of %s expired; taking it over", held["owner"])
+                self.store.delete(LEASE)
+                continue
+            time.sleep(0.2)
+        try:
+            yield
+        finally:
+            held = self._read(LEASE)
+            if held is not None and held["owner"] == owner:
+                self.store.delete(LEASE)
 
     # -- epochs: one per log the topic's offsets counted in -------------------
     def epochs(self) -> list[dict[str, Any]]:

@@ -205,6 +205,12 @@ def drop_old_bronze(
             ", ".join(kept[:10]),
         )
     if published:
+        # Recorded before the DELETE: cut off between the two, the ledger already says
+        # the rows are gone (steps refuse the slice, as after the DELETE) and the next
+        # run deletes them. The other order let a replay or a re-ingest run on a slice
+        # whose raw copy was being deleted under it, unrecorded.
+        for slice_id in published:
+            ledger.record_step(slice_id, BRONZE_DROPPED, {"before": cutoff.isoformat()})
         listed = ", ".join(f"'{s}'" for s in published)
         retry_on_conflict(
             lambda: spark.sql(
@@ -212,8 +218,6 @@ def drop_old_bronze(
             ).collect(),
             "bronze retention",
         )
-        for slice_id in published:
-            ledger.record_step(slice_id, BRONZE_DROPPED, {"before": cutoff.isoformat()})
     return published, kept
 
 

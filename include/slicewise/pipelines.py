@@ -204,6 +204,10 @@ class Pipeline(_Strict):
     event_time: str
     fields: dict[str, FieldSpec] = Field(min_length=1)
     horizon_days: int = Field(default=7, ge=0)
+    # How far (days) an event time may lie from its record's Kafka timestamp, either way,
+    # before it is quarantined as out_of_bounds rather than widening its slice's MERGE,
+    # gate and gold to decades. The default, ten years, admits a backfill of old events.
+    event_time_bound_days: int = Field(default=3653, ge=1)
     survivor: Survivor | None = None
     expectations: tuple[dict[str, dict[str, Any]], ...] = ()
     gold: Gold | None = None
@@ -215,6 +219,10 @@ class Pipeline(_Strict):
     consumer_group: bool | str = True
     # Silver's deletion vectors (cheap replacing MERGEs); false for readers without them.
     deletion_vectors: bool = True
+    # A compacted topic (cleanup.policy=compact) is read only when the definition says
+    # what its tombstones are: `quarantine` keeps each as a `null_value` record. Unset,
+    # planning refuses such a topic (`planner.CompactedTopic`).
+    tombstones: Literal["quarantine"] | None = None
     # What a record's value holds: JSON text, or Avro in the Confluent wire format.
     format: Literal["json", "avro"] = "json"
     schema_registry: RegistrySubject | None = None  # avro: the subject (and reader version)

@@ -32,6 +32,10 @@ class StuckTransaction(OperationalError):
     """An open transaction has held a partition's LSO for longer than allowed."""
 
 
+class CompactedTopic(OperationalError):
+    """The topic is compacted and the definition does not say what its tombstones are."""
+
+
 class IntervalNotClosed(OperationalError):
     """The interval (plus grace) has not ended; its end boundary cannot be frozen yet."""
 
@@ -160,6 +164,24 @@ def retention_losses(
     return losses
 
 
+def refuse_compacted(settings: Settings, offsets: TopicOffsets) -> None:
+    """A compacted topic is read as it stands when a slice is ingested: Kafka may have
+    removed a key's earlier records and left tombstones (null values) for deleted keys,
+    so it is read only when the definition says what tombstones are."""
+    policy = offsets.cleanup_policy()
+    if "compact" in policy and settings.pipeline.tombstones is None:
+        raise CompactedTopic(
+            f"topic {settings.topic} has cleanup.policy={policy}: Kafka removes records a "
+            "later one with the same key supersedes, and a deleted key leaves a tombstone "
+            "(a record without a value). slicewise reads what is left when a slice is "
+            "ingested, so superseded records may never be read. Nothing was frozen. If that "
+            f"is what you want, set `tombstones: quarantine` in pipeline "
+            f"{settings.pipeline.name!r}'s definition (each tombstone is quarantined as "
+            "null_value); otherwise read a topic with cleanup.policy=delete "
+            "(docs/PIPELINES.md#compacted-topics)."
+        )
+
+
 def plan_slice(
     settings: Settings,
     start: datetime,
@@ -189,8 +211,12 @@ def plan_slice(
     losses = []
     if ledger.boundary(start) is None:
         losses = retention_losses(ledger, offsets, start, end, accept_data_loss)
-    lower = resolve_boundary(ledger, offsets, start, accept_topic_reset)
-    upper = resolve_boundary(ledger, offsets, end, accept_topic_reset)
+    lower, upper = ledger.boundary(start), ledger.boundary(end)
+    if lower is None or upper is None:
+        refuse_compacted(settings, offsets)
+        with ledger.planning():  # new boundaries: one planner at a time
+            lower = resolve_boundary(ledger, offsets, start, accept_topic_reset)
+            upper = resolve_boundary(ledger, offsets, end, accept_topic_reset)
     # Neighbouring boundaries must form valid slices; only the pairs around the two
     # just resolved can have changed, so only their neighbours are read, not the history.
     for b in (lower, upper):

@@ -128,12 +128,17 @@ def object_store_secrets(env: Mapping[str, str] | None = None) -> dict[str, str]
     return {conf: env[var] for var, conf in keys.items() if env.get(var)}
 
 
+# What the steps rely on that a client sets on its own session (`remote_session`), so a
+# Connect server started any way serves them.
+SESSION_CONF = {"spark.sql.session.timeZone": "UTC"}
+
+
 def static_conf() -> dict[str, str]:
     """The settings that need no jar lookup (safe to build while a DAG is parsed)."""
     return {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        "spark.sql.session.timeZone": "UTC",
+        **SESSION_CONF,
         "spark.ui.showConsoleProgress": "false",
         # Silver caches a slice's parse for the two reads it needs (quarantine, survivors)
         # and drops it at the step's end: compressing that short-lived cache cost more
@@ -218,6 +223,10 @@ def remote_session(
             "server's), then re-run the step or clear the task "
             "(docs/RUNBOOK.md#spark-connect-refuses-the-token)."
         ) from None
+    # Per session, not only when our launcher starts the server: event dates and gold's
+    # hours are UTC whatever zone a team's own Connect server runs in.
+    for key, value in SESSION_CONF.items():
+        spark.conf.set(key, value)
     return spark
 
 

@@ -33,6 +33,7 @@ SCENARIOS = {
     "two-clients": "two clients of one slice at once",
     "maintenance": "maintenance beside each step of a backfill",
     "mixed": "mixed: a random strike per step",
+    "failed-gate": "a failed gate holds the next slice's publication",
 }
 
 # Code whose change makes earlier runs evidence about other code.

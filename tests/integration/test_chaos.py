@@ -44,6 +44,7 @@ from slicewise.connect_auth import TOKEN_ENV
 from slicewise.connect_server import SparkConnectServer
 from slicewise.faults import POINTS
 from slicewise.ledger import Ledger
+from slicewise.tables import table_exists
 from slicewise_dev.airflow_env import VENV_BIN, airflow_env
 from slicewise_dev.broker import LocalBroker, free_ports, running_broker
 from slicewise_dev.source import Faults, Manifest, produce
@@ -299,7 +300,8 @@ STRIKES: dict[str, Strike] = {
     "maintenance": beside_maintenance,
 }
 MIXED = "mixed"
-assert set(SCENARIOS) == {*STRIKES, MIXED}
+FAILED_GATE = "failed-gate"  # a slice's gate fails while the next one arrives (mixed strikes)
+assert set(SCENARIOS) == {*STRIKES, MIXED, FAILED_GATE}
 
 
 def chosen_scenarios() -> list[str]:
@@ -327,7 +329,7 @@ def strike(scenario: str, sl: Slice, rng: random.Random) -> int:
     once = rng.choice(STEPS[1:]) if scenario == "server-restart" else None
     struck = 0
     for step in STEPS:
-        kind = rng.choice(list(STRIKES)) if scenario == MIXED else scenario
+        kind = rng.choice(list(STRIKES)) if scenario in (MIXED, FAILED_GATE) else scenario
         struck += (no_strike if once not in (None, step) else STRIKES[kind])(sl, step, rng)
     return struck
 
@@ -366,6 +368,66 @@ def chaos_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkConn
 
 
 TABLE: list[Row] = []  # one row per scenario of this session, printed after each
+
+
+POSITION_OF_A_BAD_COPY = 10**9  # a Kafka offset no test topic reaches
+
+
+def held_back(
+    spark,
+    settings: Settings,
+    broker: LocalBroker,
+    server: SparkConnectServer,
+    start: datetime,
+    logs: Path,
+    env: dict[str, str],
+    rng: random.Random,
+    row: Row,
+) -> tuple[Slice, Slice]:
+    """Write-audit-publish under chaos. Slice A (the first hour) is ingested, then a
+    second copy of one of its events is written into silver, as a bad manual write
+    would: its gate fails. Slice B (the next hour) arrives and passes its own gate, but
+    its publication is refused: gold and the consumer group hold nothing of either.
+    Then on-call repairs silver (the copy at the higher position goes), A's gate passes,
+    and both publish. Every step of both slices but A's failing gate is struck (a random
+    kind each), as in the mixed scenario."""
+    a, b = (
+        Slice(settings, broker, server, start + timedelta(hours=h), logs / name)
+        for h, name in ((0, "a"), (1, "b"))
+    )
+    for sl in (a, b):
+        sl.logs.mkdir()
+        sl.env.update(env)
+    for sl in (a, b):
+        for step in ("plan", "ingest"):
+            row.struck += STRIKES[rng.choice(list(STRIKES))](sl, step, rng)
+    # A second copy of an event only A holds (B's gate must not see it), at a position
+    # no record has: silver's rows are what a bad manual write would leave.
+    silver_path = settings.table("silver")
+    ids = spark.read.format("delta").load(settings.table("slice_ids"))
+    only_a = ids.where(F.col("slice_id") == a.slice_id).join(
+        ids.where(F.col("slice_id") == b.slice_id), "event_id", "left_anti"
+    )
+    silver = spark.read.format("delta").load(silver_path)
+    copy = silver.join(only_a.select("event_id").limit(1), "event_id", "left_semi")
+    copy = copy.withColumn("kafka_offset", F.lit(POSITION_OF_A_BAD_COPY).cast("long"))
+    copy.select(*silver.columns).write.format("delta").mode("append").save(silver_path)
+    assert a.launch("gate").wait(timeout=900) == 1, "the gate passed a duplicate"
+    row.struck += STRIKES[rng.choice(list(STRIKES))](b, "gate", rng)
+    refused = b.launch("publish")
+    assert refused.wait(timeout=900) == 1
+    assert "NOT published" in sorted(b.logs.glob("*-publish.log"))[-1].read_text()
+    ledger = a.ledger()
+    assert ledger.step(b.slice_id, "publish") is None
+    assert not any(ledger.step(s, "acknowledge") for s in (a.slice_id, b.slice_id))
+    assert not table_exists(spark, settings.table("gold_events_per_hour")), "gold was written"
+    spark.sql(
+        f"DELETE FROM delta.`{silver_path}` WHERE kafka_offset = {POSITION_OF_A_BAD_COPY}"
+    ).collect()
+    a.retry_until_done("gate")
+    for sl in (b, a):
+        row.struck += STRIKES[rng.choice(list(STRIKES))](sl, "publish", rng)
+    return a, b
 
 
 def compare_with_oracle(spark, sl: Slice, manifest: Manifest, row: Row) -> None:
@@ -458,6 +520,8 @@ def strike_run(
     if scenario == "maintenance":
         env.update(maintained_backfill(state))
         ago, hours = timedelta(days=2), 2
+    if scenario == FAILED_GATE:
+        ago, hours = timedelta(hours=4), 2
     settings = load_settings({**os.environ, **env})
     start = (datetime.now(UTC) - ago).replace(minute=0, second=0, microsecond=0)
     manifest = produce(
@@ -465,6 +529,11 @@ def strike_run(
     )
     logs = state / "logs"
     logs.mkdir(parents=True)
+    if scenario == FAILED_GATE:
+        a, b = held_back(spark, settings, chaos_broker, chaos_server, start, logs, env, rng, row)
+        assert a.ledger().step(a.slice_id, "gate")["success"]
+        compare_with_oracle(spark, b, manifest, row)  # silver, quarantine and gold: both hours
+        return
     if hours == 2:
         # The hour before, unstruck, then maintenance: silver's date holds that hour's
         # files when the struck slice MERGEs into it beside the next maintenance runs,

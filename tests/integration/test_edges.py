@@ -5,6 +5,7 @@ backfilled interval plans contiguous slices."""
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -18,7 +19,7 @@ from slicewise.ingest import run_ingest
 from slicewise.kafka.consumer_group import ConsumerGroup
 from slicewise.kafka.offsets import TopicOffsets, client_conf
 from slicewise.ledger import Ledger
-from slicewise.planner import plan_slice
+from slicewise.planner import CompactedTopic, plan_slice
 from slicewise.publish import PublicationBlocked, run_publish
 from slicewise.slices import TopicReset
 from slicewise.tables import table_exists
@@ -208,3 +209,68 @@ def test_a_partition_added_then_an_earlier_interval_backfilled(spark, pipeline_f
         run_ingest(spark, settings, sl.slice_id)
     silver = spark.read.format("delta").load(settings.table("silver"))
     assert sorted(r.event_id for r in silver.collect()) == ["p0-a", "p0-b", "p1-a", "p1-b"]
+
+
+def test_two_concurrent_backfill_plans_store_boundaries_that_agree(pipeline, monkeypatch):
+    """Two planners resolve new boundaries beyond the newest one at once (hours 2, and
+    3 and 4), while a back-dated record moves an idle partition's LSO between their
+    reads. Without one planner at a time, the hour-2 boundary lands above hour 3's
+    on that partition and neither interval can ever be planned again."""
+    settings, producer = pipeline
+    producer.send([ev(f"p0-{h}", h + 0.5) for h in range(6)])  # partitions 1 and 2 idle
+    plan_slice(settings, at(0), at(1), now=LATER)
+    paused, released = threading.Event(), threading.Event()
+    real = TopicOffsets.snapshot
+
+    def snapshot(self, when):
+        if when == at(2):  # planner A has read its neighbours: hold it here
+            paused.set()
+            released.wait(30)
+        return real(self, when)
+
+    monkeypatch.setattr(TopicOffsets, "snapshot", snapshot)
+    results: dict[str, object] = {}
+
+    def plan(name: str, start: int, end: int) -> None:
+        try:
+            results[name] = plan_slice(settings, at(start), at(end), now=LATER)
+        except Exception as exc:
+            results[name] = exc
+
+    a = threading.Thread(target=plan, args=("a", 1, 2))
+    a.start()
+    assert paused.wait(30)
+    b = threading.Thread(target=plan, args=("b", 3, 4))
+    b.start()
+    b.join(timeout=5)  # planner B runs now, or waits for A's lease
+    producer.send([ev("late", 0.2, 2)])  # back-dated: only partition 2's LSO moves
+    released.set()
+    a.join(60)
+    b.join(60)
+    assert not [r for r in results.values() if isinstance(r, Exception)], results
+    slices = [plan_slice(settings, at(h), at(h + 1), now=LATER) for h in range(4)]
+    for p in range(3):
+        owned = [o for sl in slices for o in range(*sl.ranges[p])]
+        assert owned == list(range(slices[0].ranges[p][0], slices[-1].ranges[p][1]))
+    assert sum(sl.ranges[2][1] - sl.ranges[2][0] for sl in slices) == 2  # the record, its marker
+
+
+def test_a_compacted_topic_is_read_only_when_the_definition_says_what_tombstones_are(
+    spark, pipeline_factory, new_topic, tmp_path
+):
+    topic = new_topic(1, config={"cleanup.policy": "compact", "retention.ms": "-1"})
+    plain, declared = tmp_path / "plain.yaml", tmp_path / "declared.yaml"
+    definition = DEFINITION.format(topic=topic, allowed="[click]")
+    plain.write_text(definition)
+    declared.write_text(definition + "    tombstones: quarantine\n")
+    settings, producer = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(plain))
+    live = Record(event_value("k1", at(0.2)), 0, at(0.2), key=b"k1")
+    producer.send([live, Record(None, 0, at(0.3), key=b"k2")])
+    with pytest.raises(CompactedTopic, match="cleanup.policy=compact"):
+        plan_slice(settings, at(0), at(1), now=LATER)
+    settings, _ = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(declared))
+    sl = plan_slice(settings, at(0), at(1), now=LATER)
+    run_ingest(spark, settings, sl.slice_id)
+    quarantine = spark.read.format("delta").load(settings.table("quarantine"))
+    assert [r.reason for r in quarantine.collect()] == ["null_value"]
+    assert spark.read.format("delta").load(settings.table("silver")).count() == 1

@@ -12,8 +12,12 @@ TS = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 
 def bronze_rows(
-    spark: SparkSession, values: list[tuple[int, int, bytes | None]], topic: str = "events"
+    spark: SparkSession,
+    values: list[tuple[int, int, bytes | None]],
+    topic: str = "events",
+    at: datetime = TS,
 ) -> DataFrame:
-    """Bronze rows of slice `s1`, one per (partition, offset, value), at TS."""
-    rows = [(topic, p, o, TS, 0, None, v, [], "s1") for p, o, v in values]
+    """Bronze rows of slice `s1`, one per (partition, offset, value), with Kafka
+    timestamp `at` (default TS)."""
+    rows = [(topic, p, o, at, 0, None, v, [], "s1") for p, o, v in values]
     return spark.createDataFrame(rows, BRONZE)

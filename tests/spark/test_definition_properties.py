@@ -85,7 +85,8 @@ def value_for(spec, draw):
         return {"n": draw(st.integers(0, 9))}
     if kind == "array":
         return [draw(st.integers(0, 9))]
-    at = draw(st.datetimes(datetime(2001, 1, 1), datetime(2090, 1, 1), timezones=st.just(UTC)))
+    # Within the default event-time bound (ten years) of the records' Kafka timestamp.
+    at = draw(st.datetimes(datetime(2017, 1, 1), datetime(2036, 6, 30), timezones=st.just(UTC)))
     if spec.format == "epoch_millis":
         return int(at.timestamp() * 1000)
     return at.isoformat(timespec="seconds")

@@ -46,8 +46,9 @@ json_values = st.recursive(
     max_leaves=8,
 )
 non_blank = st.text(min_size=1, max_size=16).filter(lambda s: not WHITESPACE.fullmatch(s))
+# Within the default event-time bound (ten years) of the records' Kafka timestamp, TS.
 instants = st.datetimes(
-    min_value=datetime(2000, 1, 1), max_value=datetime(2099, 12, 31), timezones=st.just(UTC)
+    min_value=datetime(2017, 1, 1), max_value=datetime(2036, 6, 30), timezones=st.just(UTC)
 )
 valid_docs = st.fixed_dictionaries(
     {

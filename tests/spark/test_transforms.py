@@ -1,16 +1,23 @@
 """Bronze -> silver/quarantine transforms, asserted as whole DataFrames."""
 
 import json
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 from builders import bronze_rows
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from slicewise.contract import parse_events
-from slicewise.pipelines import FieldSpec, PipelinesFile, Survivor, load_pipelines
+from slicewise.contract import parse_events, reasons
+from slicewise.pipelines import (
+    FieldSpec,
+    PipelineDefinitionError,
+    PipelinesFile,
+    Survivor,
+    load_pipelines,
+)
 from slicewise.transforms import (
     dedup_within,
     event_date_span,
@@ -342,3 +349,68 @@ def test_a_number_past_a_double_is_quarantined_and_the_largest_double_is_kept(sp
     assert {r.offset: r.reason for r in quarantined(parsed).collect()} == {
         offset: "out_of_range:x" for offset in range(len(held), len(values))
     }
+
+
+# An event time far from its record's Kafka timestamp: its own reason, not a slice
+# whose MERGE, gate and gold span decades (issue 49).
+def test_an_event_at_epoch_0_produced_now_is_out_of_bounds(spark):
+    value = event("e-0", occurred_at="1970-01-01T00:00:00Z")
+    parsed = parse_events(bronze_rows(spark, [(0, 7, value)]), EVENTS, 1024)
+    got = quarantined(parsed).select("partition", "offset", "value", "reason", "slice_id")
+    expected = spark.createDataFrame([(0, 7, value, "out_of_bounds:occurred_at", "s1")], got.schema)
+    assertDataFrameEqual(got, expected)
+    assert valid_events(parsed, EVENTS).count() == 0
+
+
+def test_a_backfill_of_years_old_events_is_within_the_default_bound(spark):
+    assert EVENTS.event_time_bound_days == 3653
+    produced = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+    old = "2017-11-03T12:00:00Z"  # 9 years (3286 days) before it was produced
+    values = [(0, 1, event("e-1", occurred_at=old))]
+    parsed = parse_events(bronze_rows(spark, values, at=produced), EVENTS, 1024)
+    assert quarantined(parsed).count() == 0
+    [row] = valid_events(parsed, EVENTS).collect()
+    assert (row.event_id, row.event_date) == ("e-1", date(2017, 11, 3))
+
+
+def test_an_event_time_past_the_pipelines_bound_either_way_is_out_of_bounds(spark):
+    bounded = PipelinesFile.model_validate(
+        {"pipelines": {"events": {**_events_doc(), "event_time_bound_days": 30}}}
+    ).pipelines["events"]
+    assert bounded.event_time_bound_days == 30
+
+    def at(days):
+        return (TS + timedelta(days=days)).isoformat().replace("+00:00", "Z")
+
+    values = [
+        (0, 1, event("e-1", occurred_at=at(-31))),
+        (0, 2, event("e-2", occurred_at=at(31))),
+        (0, 3, event("e-3", occurred_at=at(-29))),
+        (0, 4, event("e-4", occurred_at=at(29))),
+    ]
+    parsed = parse_events(bronze_rows(spark, values), bounded, 1024)
+    assert {r.offset: r.reason for r in quarantined(parsed).collect()} == {
+        1: "out_of_bounds:occurred_at",
+        2: "out_of_bounds:occurred_at",
+    }
+    assert sorted(r.event_id for r in valid_events(parsed, bounded).collect()) == ["e-3", "e-4"]
+    assert "out_of_bounds:occurred_at" in reasons(bounded)
+
+
+def _events_doc() -> dict:
+    """The example's `events` pipeline as its definition file states it."""
+    return yaml.safe_load((REPO / "pipelines.yaml").read_text())["pipelines"]["events"]
+
+
+@pytest.mark.parametrize("bound", [0, -1])
+def test_an_event_time_bound_below_a_day_is_a_definition_error(tmp_path, bound):
+    path = tmp_path / "pipelines.yaml"
+    path.write_text(
+        yaml.safe_dump({"pipelines": {"events": {**_events_doc(), "event_time_bound_days": bound}}})
+    )
+    with pytest.raises(PipelineDefinitionError) as caught:
+        load_pipelines(path)
+    message = str(caught.value)
+    assert "pipelines.events.event_time_bound_days: Input should be greater than or equal to 1" in (
+        message
+    ), message

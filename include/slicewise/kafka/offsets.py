@@ -19,7 +19,7 @@ from confluent_kafka import (
     TopicCollection,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
 from slicewise.config import Settings
 from slicewise.errors import OperationalError
@@ -87,6 +87,20 @@ class TopicOffsets:
                 "the task: nothing was written."
             ) from exc
         return None if found is None or str(found) == "AAAAAAAAAAAAAAAAAAAAAA" else str(found)
+
+    def cleanup_policy(self) -> str:
+        """The topic's `cleanup.policy` (`delete`, `compact` or `compact,delete`)."""
+        resource = ConfigResource(ResourceType.TOPIC, self.topic)
+        try:
+            futures = self._admin.describe_configs([resource], request_timeout=self.timeout)
+            configs = next(iter(futures.values())).result()
+        except KafkaException as exc:
+            raise KafkaUnavailable(
+                f"describing topic {self.topic!r}'s configuration failed: {exc}; check the "
+                "broker (and DESCRIBE_CONFIGS on the topic), then retry: nothing was written."
+            ) from exc
+        entry = configs.get("cleanup.policy")
+        return "delete" if entry is None or entry.value is None else entry.value
 
     def _list(
         self,
