@@ -162,7 +162,7 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
                 data_interval_start,
                 data_interval_end,
                 accept_data_loss=bool(params["accept_data_loss"]),
-                accept_topic_reset=bool(params.get("accept_topic_reset", False)),
+                accept_topic_reset=bool(params["accept_topic_reset"]),
             )
             print(sl.describe())
             return sl.slice_id

@@ -112,7 +112,11 @@ def test_pipeline_order_and_params(two_pipelines_dagbag, dag_id):
     for upstream, downstream in zip(order, order[1:], strict=False):
         assert downstream in dag.get_task(upstream).downstream_task_ids
     params = dag.params.dump()
-    assert params == {"accept_data_loss": False, "reprocess_from_bronze": False}
+    assert params == {
+        "accept_data_loss": False,
+        "accept_topic_reset": False,
+        "reprocess_from_bronze": False,
+    }
     from slicewise.operators import SliceSparkConnectOperator
 
     for step in ("ingest", "gate", "publish"):
