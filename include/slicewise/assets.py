@@ -21,7 +21,8 @@ def announce(
     inlet_events: Any,
     outlet_events: Any,
 ) -> None:
-    """Emit the silver Asset event once per slice that read anything; a re-run is skipped.
+    """Emit the silver Asset event once per slice that read anything (and once more per
+    replay of it); a re-run is skipped.
 
     An empty slice (no committed record in its interval) changes nothing downstream,
     so it is not announced. The event's extra carries the slice's counts.
@@ -38,15 +39,18 @@ def announce(
 
     settings = load_settings(pipeline=pipeline)
     silver = silver_asset(pipeline)
+    ledger = Ledger(settings.ledger_dir, settings.topic)
+    # A replay changes what the slice published: it is announced again, as a revision.
+    revision = (ledger.step(slice_id, "replay") or {}).get("recorded_at")
+    this = (settings.topic, slice_id, revision)
     # Events for a slice are only emitted after its interval has closed.
     for event in inlet_events[silver].after(data_interval_end):
         extra = event.extra or {}
-        if (extra.get("topic"), extra.get("slice_id")) == (settings.topic, slice_id):
+        if (extra.get("topic"), extra.get("slice_id"), extra.get("revision")) == this:
             raise AirflowSkipException(
                 f"slice {slice_id} of {settings.topic} was already announced "
                 f"({event.timestamp}); nothing changes downstream"
             )
-    ledger = Ledger(settings.ledger_dir, settings.topic)
     counts = (ledger.step(slice_id, "gate") or {}).get("counts") or {}
     if counts.get("read") == 0:
         ledger.record_step(slice_id, "announce", {"skipped": "empty slice"})
@@ -59,6 +63,7 @@ def announce(
         "pipeline": pipeline,
         "topic": settings.topic,
         "slice_id": slice_id,
+        "revision": revision,
         "silver_version": publication.get("silver_version"),
         "gold_version": publication.get("gold_version"),
         "hours": publication.get("hours"),

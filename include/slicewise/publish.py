@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass
+from datetime import date
 
 from pyspark.sql import SparkSession
 
@@ -24,7 +25,7 @@ from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
 from slicewise.tables import retry_on_conflict, table_exists, table_version
 from slicewise.transforms import events_per_hour, window_hours
-from slicewise.windows import silver_window, slice_window
+from slicewise.windows import Window, silver_window, slice_window
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
     # its own hours: its MERGE may have replaced a stored copy by an earlier-positioned
     # one with another occurred_at, moving that event out of an hour published before.
     # Only rows inside that window can have moved.
-    window = slice_window(spark, settings, slice_id)
+    window = widened(slice_window(spark, settings, slice_id), ledger.step(slice_id, "replay"))
     gold_path = settings.table("gold_events_per_hour")
     gold = settings.pipeline.gold
     hours: list[str] = []
@@ -98,6 +99,16 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
     log.info("published %s: gold hours %s", slice_id, hours or "none")
     acknowledge(settings, ledger, ledger.load_slice(slice_id))
     return publication
+
+
+def widened(window: Window | None, replay: dict | None) -> Window | None:
+    """The slice's window, widened by the event dates a replay of it changed (rows it
+    withdrew, other slices' copies it brought in: `replay.withdraw_stricter`)."""
+    changed = (replay or {}).get("changed")
+    if not changed:
+        return window
+    lo, hi = (date.fromisoformat(d) for d in changed)
+    return (lo, hi) if window is None else (min(window[0], lo), max(window[1], hi))
 
 
 def verified_version(

@@ -6,6 +6,14 @@ and ids (`slice_ids`) instead of appending them, quarantine last: a record leave
 quarantine only once silver holds it. The MERGE keeps the copy the survivor rule
 prefers, so it is safe to repeat. Run it again if it is interrupted; the counts
 reconcile once it completes.
+
+Rules that became stricter withdraw records: a key the slice held valid and now
+quarantines leaves silver where its row came from this slice (`silver.withdraw`),
+and the copies other slices hold of it, valid by today's rules, take its place (the
+survivor rule picks among them, as their own MERGEs would have). Both run before the
+slice's own writes, so a rerun after a cut-off finds the same keys withdrawn. The
+replay records the event dates it changed: `publish` rebuilds gold there too, and
+`announce` announces the slice again (the replay is a new revision of it).
 """
 
 from __future__ import annotations
@@ -14,30 +22,108 @@ import logging
 from dataclasses import asdict
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from slicewise.bronze import require_bronze_rows
 from slicewise.config import Settings
 from slicewise.gate_facts import SliceCounts, slice_counts
-from slicewise.ledger import Ledger
-from slicewise.silver import parsed_slice, write_slice
-from slicewise.tables import replace_slice
+from slicewise.ledger import BRONZE_DROPPED, Ledger
+from slicewise.schemas import BRONZE, slice_ids_schema
+from slicewise.silver import (
+    mark_unverified,
+    merge_survivors,
+    parse,
+    parsed_slice,
+    withdraw,
+    write_slice,
+)
+from slicewise.slices import Slice
+from slicewise.tables import of_slice, read_table, replace_slice
+from slicewise.transforms import dedup_within, event_date_span, valid_events
+from slicewise.windows import Window, recorded_ids
 
 log = logging.getLogger(__name__)
 
 
 def run_replay(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCounts:
     ledger = Ledger(settings.ledger_dir, settings.topic)
-    ledger.load_slice(slice_id)  # fails clearly if the slice is unknown
+    sl = ledger.load_slice(slice_id)  # fails clearly if the slice is unknown
     require_bronze_rows(ledger, slice_id)
+    mark_unverified(spark, settings, ledger, slice_id, "replay")
 
     def replace(rows: DataFrame, table: str) -> None:
         replace_slice(rows, settings.table(table), slice_id)
 
+    parsed = parsed_slice(spark, settings, slice_id)
+    changed = withdraw_stricter(spark, settings, ledger, sl, parsed)
     # No idempotent-write id for the MERGE: the slice's id was spent by its first
     # MERGE, and this one is idempotent by content (the survivor rule).
-    parsed = parsed_slice(spark, settings, slice_id)
     write_slice(spark, settings, slice_id, parsed, replace, merge_id=None, quarantine_last=True)
     counts = slice_counts(spark, settings, slice_id)
-    ledger.record_step(slice_id, "replay", asdict(counts))
+    ledger.record_step(
+        slice_id,
+        "replay",
+        {
+            **asdict(counts),
+            "changed": None if changed is None else [d.isoformat() for d in changed],
+        },
+    )
     log.info("replayed quarantine of %s: %s", slice_id, counts.describe())
     return counts
+
+
+def withdraw_stricter(
+    spark: SparkSession, settings: Settings, ledger: Ledger, sl: Slice, parsed: DataFrame
+) -> Window | None:
+    """Withdraw the keys the slice held valid and today's rules quarantine; bring in the
+    other slices' copies of them. The event dates changed (None: nothing withdrawn)."""
+    key = list(settings.pipeline.key_columns)
+    valid = valid_events(parsed, settings.pipeline).select(*key)
+    withdrawn = recorded_ids(spark, settings, sl.slice_id).join(valid, key, "left_anti").cache()
+    try:
+        span = event_date_span(withdrawn).first()
+        if span["first"] is None:
+            return None
+        stored = (span["first"], span["last"])
+        withdraw(spark, settings, sl, withdrawn.select(*key), stored)
+        log.warning("replay of %s withdrew keys its rules now quarantine", sl.slice_id)
+        others = other_copies(spark, settings, ledger, sl.slice_id, withdrawn.select(*key))
+        return stored if others is None else (min(stored[0], others[0]), max(stored[1], others[1]))
+    finally:
+        withdrawn.unpersist()
+
+
+def other_copies(
+    spark: SparkSession, settings: Settings, ledger: Ledger, slice_id: str, keys: DataFrame
+) -> Window | None:
+    """MERGE the copies of `keys` that other slices hold (parsed from their bronze rows by
+    today's rules); the span of their event dates. Reads all of `slice_ids` to find the
+    slices: a replay is rare and run by hand."""
+    key = list(settings.pipeline.key_columns)
+    ids = read_table(spark, settings.table("slice_ids"), slice_ids_schema(settings.pipeline))
+    holders = [
+        r.slice_id
+        for r in ids.where(F.col("slice_id") != slice_id)
+        .join(keys, key, "left_semi")
+        .select("slice_id")
+        .distinct()
+        .collect()
+    ]
+    spans = []
+    for other in sorted(holders):
+        if ledger.step(other, BRONZE_DROPPED) is not None:
+            log.warning("slice %s's bronze rows are gone: its copies stay out", other)
+            continue
+        bronze = of_slice(spark, settings.table("bronze"), BRONZE, other)
+        copies = valid_events(parse(bronze, settings), settings.pipeline).join(
+            keys, key, "left_semi"
+        )
+        if (
+            window := merge_survivors(
+                spark, settings, dedup_within(copies, settings.pipeline), None
+            )
+        ) is not None:
+            spans.append(window)
+    if not spans:
+        return None
+    return min(w[0] for w in spans), max(w[1] for w in spans)

@@ -233,6 +233,44 @@ def merge_survivors(
     return window
 
 
+def withdraw(
+    spark: SparkSession, settings: Settings, sl: Slice, keys: DataFrame, window: tuple[date, date]
+) -> None:
+    """Delete silver's rows of `keys` (with their stored `event_date`s in `window`) whose
+    surviving copy came from the slice `sl`: records its replay now quarantines. A row
+    whose copy came from another slice stays (that copy is still valid there)."""
+    pipeline, path = settings.pipeline, settings.table("silver")
+    lo, hi = window
+    mine = " OR ".join(
+        f"(t.kafka_partition = {p} AND t.kafka_offset >= {a} AND t.kafka_offset < {b})"
+        for p, (a, b) in sorted(sl.ranges.items())
+        if a < b
+    )
+    if not mine:
+        return
+    source = f"withdrawn_{uuid.uuid4().hex}"
+    keys.createOrReplaceTempView(source)
+    try:
+        spark.sql(
+            f"MERGE INTO {delta_ref(path)} AS t USING {source} AS s "
+            f"ON t.event_date BETWEEN DATE'{lo.isoformat()}' AND DATE'{hi.isoformat()}' "
+            f"AND {key_match_sql(pipeline)} AND ({mine}) "
+            "WHEN MATCHED THEN DELETE"
+        ).collect()
+    finally:
+        spark.catalog.dropTempView(source)
+
+
+def mark_unverified(
+    spark: SparkSession, settings: Settings, ledger: Ledger, slice_id: str, by: str
+) -> None:
+    """Mark the slice unverified before a write to silver can commit; the mark carries
+    silver's version then, since the write commits above it (`publish`)."""
+    path = settings.table("silver")
+    before = table_version(spark, path) if table_exists(spark, path) else -1
+    ledger.mark_unverified(slice_id, {"by": by, "silver_version": before})
+
+
 # Writes a slice's rows of a table it owns by slice (quarantine, slice_ids): (rows, table).
 SliceStore = Callable[[DataFrame, str], None]
 
@@ -262,13 +300,8 @@ def write_slice(
     # so the ledger marks the slice unverified before the MERGE can commit, and no
     # publication passes over it until its gate passes (`publish`). A MERGE under an
     # id that already committed (silver recorded) changes nothing and needs no mark.
-    # The mark carries silver's version before it: the MERGE commits above it.
     if merge_id is None or ledger.step(slice_id, "silver") is None:
-        path = settings.table("silver")
-        before = table_version(spark, path) if table_exists(spark, path) else -1
-        ledger.mark_unverified(
-            slice_id, {"by": "silver" if merge_id else "replay", "silver_version": before}
-        )
+        mark_unverified(spark, settings, ledger, slice_id, "silver" if merge_id else "replay")
     # Cached: the ids, the span and the MERGE all read the survivors.
     kept = survivors(valid_events(parsed, pipeline), pipeline).cache()
 
