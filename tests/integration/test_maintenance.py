@@ -11,10 +11,12 @@ import pytest
 import yaml
 from pyspark.sql import functions as F
 
+from slicewise import maintenance as maintenance_module
 from slicewise.bronze import BronzeDropped
 from slicewise.config import REPO_ROOT
 from slicewise.gate import run_gate
 from slicewise.ingest import run_ingest
+from slicewise.ledger import BRONZE_DROPPED, Ledger
 from slicewise.maintenance import run_maintenance
 from slicewise.planner import plan_slice
 from slicewise.publish import run_publish
@@ -89,7 +91,9 @@ def parquet_on_disk(path: str) -> dict[Path, int]:
     return {p: p.stat().st_size for p in Path(path).rglob("*.parquet")}
 
 
-def test_maintenance_compacts_purges_retains_and_vacuums(spark, pipeline_factory, tmp_path):
+def test_maintenance_compacts_purges_retains_and_vacuums(
+    spark, pipeline_factory, tmp_path, monkeypatch
+):
     settings, producer = pipeline_factory(
         SLICEWISE_PIPELINES_FILE=str(definitions(tmp_path)), SLICEWISE_STEP_TIMEOUT=f"{RETAIN}s"
     )
@@ -101,6 +105,30 @@ def test_maintenance_compacts_purges_retains_and_vacuums(spark, pipeline_factory
     # Each MERGE added a file to each date it wrote.
     assert files_per_date(spark, settings) == {day: 3, yesterday: 3, today: 3}
 
+    # Bronze retention records before it deletes: cut off between the two (a killed
+    # task), the ledger already says the rows are gone, steps refuse the slices, and the
+    # next run deletes them. Bronze comes first, so only its compaction ran.
+    real = maintenance_module.retry_on_conflict
+
+    def cut_off(write, what):
+        if what == "bronze retention":
+            raise RuntimeError("cut off before bronze retention's DELETE")
+        return real(write, what)
+
+    with monkeypatch.context() as cut:
+        cut.setattr(maintenance_module, "retry_on_conflict", cut_off)
+        with pytest.raises(RuntimeError, match="cut off"):
+            run_maintenance(spark, settings, now=NOW)
+    ledger = Ledger(settings.ledger_dir, settings.topic)
+    assert all(ledger.step(s, BRONZE_DROPPED) for s in published)
+    with pytest.raises(BronzeDropped, match="bronze_retain"):
+        run_ingest(spark, settings, published[1])
+    bronze = spark.read.format("delta").load(settings.table("bronze"))
+    assert {r.slice_id for r in bronze.select("slice_id").distinct().collect()} == {
+        *published,
+        unpublished,
+    }
+
     first = run_maintenance(spark, settings, now=NOW)
     by_table = {t.table: t for t in first.tables}
     assert set(by_table) == {"bronze", "silver", "quarantine", "slice_ids", "gold_events_per_hour"}
@@ -110,7 +138,9 @@ def test_maintenance_compacts_purges_retains_and_vacuums(spark, pipeline_factory
         today,
         (NOW - timedelta(days=2)).date().isoformat(),
     )
-    assert by_table["silver"].files_compacted >= 3 and by_table["bronze"].files_compacted > 1
+    assert by_table["silver"].files_compacted >= 3
+    bronze_history = spark.sql(f"DESCRIBE HISTORY delta.`{settings.table('bronze')}`")
+    assert "OPTIMIZE" in {r.operation for r in bronze_history.collect()}
     # Bronze retention: the published slices' rows went, the unpublished one's stayed.
     assert by_table["bronze"].slices_dropped == published
     assert first.kept_unpublished == [unpublished]
