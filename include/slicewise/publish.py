@@ -127,7 +127,9 @@ def verified_version(
     slice: what a gate rejected never reaches gold, the Asset or the consumer group,
     not even through another slice's publication, until it is repaired and passes."""
     path = settings.table("silver")
-    merged = (ledger.step(slice_id, "silver") or {}).get("silver_version")
+    # At or above the slice's last write to silver (its MERGE, or a replay's).
+    written = [(ledger.step(slice_id, s) or {}).get("silver_version") for s in ("silver", "replay")]
+    merged = max((v for v in written if v is not None), default=None)
     deadline = time.monotonic() + settings.publish_wait_seconds
     while True:
         version = table_version(spark, path) if table_exists(spark, path) else None

@@ -38,7 +38,7 @@ from slicewise.silver import (
     write_slice,
 )
 from slicewise.slices import Slice
-from slicewise.tables import of_slice, read_table, replace_slice
+from slicewise.tables import of_slice, read_table, replace_slice, table_version
 from slicewise.transforms import dedup_within, event_date_span, valid_events
 from slicewise.windows import Window, recorded_ids
 
@@ -60,14 +60,12 @@ def run_replay(spark: SparkSession, settings: Settings, slice_id: str) -> SliceC
     # MERGE, and this one is idempotent by content (the survivor rule).
     write_slice(spark, settings, slice_id, parsed, replace, merge_id=None, quarantine_last=True)
     counts = slice_counts(spark, settings, slice_id)
-    ledger.record_step(
-        slice_id,
-        "replay",
-        {
-            **asdict(counts),
-            "changed": None if changed is None else [d.isoformat() for d in changed],
-        },
-    )
+    changes = {
+        "changed": None if changed is None else [d.isoformat() for d in changed],
+        # At or above its writes' versions: what its publication must hold (`publish`).
+        "silver_version": table_version(spark, settings.table("silver")),
+    }
+    ledger.record_step(slice_id, "replay", {**asdict(counts), **changes})
     log.info("replayed quarantine of %s: %s", slice_id, counts.describe())
     return counts
 
