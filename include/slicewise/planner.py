@@ -169,6 +169,13 @@ def refuse_compacted(settings: Settings, offsets: TopicOffsets) -> None:
     removed a key's earlier records and left tombstones (null values) for deleted keys,
     so it is read only when the definition says what tombstones are."""
     policy = offsets.cleanup_policy()
+    if policy is None:
+        log.warning(
+            "topic %s: this principal may not describe the topic's configuration, so "
+            "planning cannot tell whether it is compacted (grant DESCRIBE_CONFIGS to check)",
+            settings.topic,
+        )
+        return
     if "compact" in policy and settings.pipeline.tombstones is None:
         raise CompactedTopic(
             f"topic {settings.topic} has cleanup.policy={policy}: Kafka removes records a "

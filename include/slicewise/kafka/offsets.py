@@ -88,13 +88,21 @@ class TopicOffsets:
             ) from exc
         return None if found is None or str(found) == "AAAAAAAAAAAAAAAAAAAAAA" else str(found)
 
-    def cleanup_policy(self) -> str:
-        """The topic's `cleanup.policy` (`delete`, `compact` or `compact,delete`)."""
+    def cleanup_policy(self) -> str | None:
+        """The topic's `cleanup.policy` (`delete`, `compact` or `compact,delete`); None
+        when the principal may not describe the topic's configuration (an ACL that grants
+        reads only), which many locked-down clusters do."""
         resource = ConfigResource(ResourceType.TOPIC, self.topic)
         try:
             futures = self._admin.describe_configs([resource], request_timeout=self.timeout)
             configs = next(iter(futures.values())).result()
         except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and error.code() in (
+                KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+            ):
+                return None
             raise KafkaUnavailable(
                 f"describing topic {self.topic!r}'s configuration failed: {exc}; check the "
                 "broker (and DESCRIBE_CONFIGS on the topic), then retry: nothing was written."
