@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration
 T0 = (datetime.now(UTC) - timedelta(days=2)).replace(hour=0, minute=0, second=0, microsecond=0)
 LATER = datetime.now(UTC) + timedelta(days=365)  # every test interval has closed
 
-DEFINITION = """
+PIPELINE = """
 pipelines:
   events:
     topic: {topic}
@@ -38,14 +38,22 @@ pipelines:
     event_time: occurred_at
     fields:
       event_id: {{type: string, required: true}}
-      event_type: {{type: string, required: true}}
+      event_type: {{type: string, required: true{rule}}}
       occurred_at: {{type: timestamp, required: true}}
       payload: {{type: object}}
     gold:
       group_by: [event_type]
-    expectations:
-      - expect_column_values_to_be_in_set: {{column: event_type, value_set: {allowed}}}
 """
+
+
+def definition(topic: str, expected: str | None = None, allowed: str | None = None) -> str:
+    """The events pipeline on `topic`, with an expectation on event_type's values (the
+    gate checks it) or a field rule (`allowed`: the parse quarantines the rest)."""
+    text = PIPELINE.format(topic=topic, rule=f", allowed: {allowed}" if allowed else "")
+    if expected:
+        text += "    expectations:\n"
+        text += f"      - expect_column_values_to_be_in_set: {{column: event_type, value_set: {expected}}}\n"
+    return text
 
 
 def at(hours: float) -> datetime:
@@ -69,8 +77,8 @@ def test_a_failed_gate_holds_every_publication_until_it_passes(
     where they were) until A is repaired and passes; then both publish."""
     topic = new_topic(3)
     strict, relaxed = tmp_path / "strict.yaml", tmp_path / "relaxed.yaml"
-    strict.write_text(DEFINITION.format(topic=topic, allowed="[click, view]"))
-    relaxed.write_text(DEFINITION.format(topic=topic, allowed="[click, view, refund]"))
+    strict.write_text(definition(topic, expected="[click, view]"))
+    relaxed.write_text(definition(topic, expected="[click, view, refund]"))
     settings, producer = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(strict))
     producer.send([ev(f"a-{i}", 0.1 + i / 100, i % 3) for i in range(20)])
     producer.send([ev(f"r-{i}", 0.5, i % 3, event_type="refund") for i in range(5)])
@@ -260,9 +268,9 @@ def test_a_compacted_topic_is_read_only_when_the_definition_says_what_tombstones
 ):
     topic = new_topic(1, config={"cleanup.policy": "compact", "retention.ms": "-1"})
     plain, declared = tmp_path / "plain.yaml", tmp_path / "declared.yaml"
-    definition = DEFINITION.format(topic=topic, allowed="[click]")
-    plain.write_text(definition)
-    declared.write_text(definition + "    tombstones: quarantine\n")
+    text = definition(topic, expected="[click]")
+    plain.write_text(text)
+    declared.write_text(text + "    tombstones: quarantine\n")
     settings, producer = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(plain))
     live = Record(event_value("k1", at(0.2)), 0, at(0.2), key=b"k1")
     producer.send([live, Record(None, 0, at(0.3), key=b"k2")])
@@ -276,22 +284,6 @@ def test_a_compacted_topic_is_read_only_when_the_definition_says_what_tombstones
     assert spark.read.format("delta").load(settings.table("silver")).count() == 1
 
 
-NARROWING = """
-pipelines:
-  events:
-    topic: {topic}
-    key: [event_id]
-    event_time: occurred_at
-    fields:
-      event_id: {{type: string, required: true}}
-      event_type: {{type: string, required: true, allowed: {allowed}}}
-      occurred_at: {{type: timestamp, required: true}}
-      payload: {{type: object}}
-    gold:
-      group_by: [event_type]
-"""
-
-
 def test_a_replay_under_stricter_rules_withdraws_what_it_now_quarantines(
     spark, pipeline_factory, new_topic, tmp_path
 ):
@@ -302,8 +294,8 @@ def test_a_replay_under_stricter_rules_withdraws_what_it_now_quarantines(
 
     topic = new_topic(3)
     broad, narrow = tmp_path / "broad.yaml", tmp_path / "narrow.yaml"
-    broad.write_text(NARROWING.format(topic=topic, allowed="[click, view]"))
-    narrow.write_text(NARROWING.format(topic=topic, allowed="[click]"))
+    broad.write_text(definition(topic, allowed="[click, view]"))
+    narrow.write_text(definition(topic, allowed="[click]"))
     settings, producer = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(broad))
     producer.send([ev(f"c-{i}", 0.1 + i / 100, 0) for i in range(4)])
     producer.send([ev(f"v-{i}", 0.3, 0, event_type="view") for i in range(2)])
