@@ -1,13 +1,14 @@
 """The quality gate: prove the slice's effect on silver before anything is published.
 
 The gate computes the slice's facts (`gate_facts.slice_facts`: one query for the
-window and totals, then three side by side) and
+window and totals, one for its far dates, then three side by side) and
 Great Expectations validates them, one expectation per fact (suite `slice_facts`,
 on the one-row frame of facts, in pandas: no further Spark job):
   * bronze rows = quarantined + duplicates + silver rows, and no valid event_id of
     the slice is missing from silver;
-  * the silver rows that carry one of the slice's keys, within its dedup
-    horizon, hold each key once, no nulls in required columns, no negative Kafka
+  * the silver rows that carry one of the slice's keys, within its reach (its dedup
+    horizon and the far dates where other slices recorded copies of its keys:
+    wherever such a row can be), hold each key once, no nulls in required columns, no negative Kafka
     position, and silver has exactly the expected columns. Its MERGE can only have
     written rows with its own keys, so this proves the slice added no duplicate, at
     a cost that follows the slice, not silver.
@@ -185,7 +186,7 @@ def _validate(
     pipeline = settings.pipeline
     schema = silver_schema(pipeline)
     row_suite = silver_slice_suite(pipeline)  # first: a bad declared expectation fails fast
-    window, facts = slice_facts(spark, settings, slice_id)
+    reach, facts = slice_facts(spark, settings, slice_id)
     counts = counts_of(slice_id, facts)
     silver = read_table(spark, settings.table("silver"), schema)
     expected = {f.name for f in schema.fields}
@@ -207,7 +208,7 @@ def _validate(
     if pipeline.expectations or any(facts[f] for f in row_facts(pipeline)):
         key = list(pipeline.key_columns)
         ids = recorded_ids(spark, settings, slice_id).select(*key)
-        rows = silver_window(spark, settings, window).join(ids, key, "left_semi")
+        rows = silver_window(spark, settings, reach).join(ids, key, "left_semi")
         reports.append(validate(rows, f"silver_slice_v{SUITE_VERSION}", row_suite, docs, slice_id))
     return counts, reports
 

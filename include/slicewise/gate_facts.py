@@ -2,7 +2,7 @@
 
 read = quarantined + duplicates_in_slice + inserted + duplicates_in_silver,
 and no valid key of the slice may be missing from silver. Computing this
-from bronze, quarantine, the slice's ids and (the horizon window of) silver,
+from bronze, quarantine, the slice's ids and (the slice's reach in) silver,
 rather than from a MERGE's metrics, gives the same answer on every rerun and in
 any order. No parse: silver keeps the slice's ids (`transforms.slice_ids`), and
 the gate and replay count with the same query (`slice_facts`).
@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from slicewise.config import Settings
 from slicewise.schemas import BRONZE, KAFKA_POSITION, QUARANTINE, required_columns
 from slicewise.tables import of_slice, side_by_side
-from slicewise.windows import Window, recorded_ids, silver_window, window_of
+from slicewise.windows import Reach, reach_of, recorded_ids, silver_window, window_of
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,9 @@ class SliceCounts:
 
 def slice_facts(
     spark: SparkSession, settings: Settings, slice_id: str
-) -> tuple[Window | None, dict[str, int]]:
-    """Everything the gate proves about a slice: the window of silver its MERGE
-    looked at, the counts that must reconcile (bronze, quarantine, the slice's ids
+) -> tuple[Reach | None, dict[str, int]]:
+    """Everything the gate proves about a slice: the reach of silver its MERGE
+    looked at (`windows.Reach`: wherever a copy of its keys may be stored), the counts that must reconcile (bronze, quarantine, the slice's ids
     left-joined to silver's window) and the facts of the silver rows that carry the
     slice's keys (how many, duplicates, nulls in required columns, negative Kafka
     positions).
@@ -70,12 +70,12 @@ def slice_facts(
         F.min("event_date").alias("first"),
         F.max("event_date").alias("last"),
     ).first()
-    window = window_of(totals, settings)
-    # The slice's keys are distinct (one row per key), so joining silver's window to
+    reach = reach_of(spark, settings, ids.select(*key), window_of(totals, settings))
+    # The slice's keys are distinct (one row per key), so joining silver's reach to
     # them yields each silver row that carries one of them exactly once, plus one row
     # without `_stored` per key found nowhere: one join and one aggregation, where
     # grouping the whole window by key first cost a shuffle more.
-    stored = silver_window(spark, settings, window).select(
+    stored = silver_window(spark, settings, reach).select(
         *key,
         F.lit(True).alias("_stored"),
         (F.col("slice_id") == slice_id).alias("_owned"),
@@ -109,7 +109,7 @@ def slice_facts(
     found_keys = facts["distinct_ids"] - facts["missing"]
     facts["duplicate_keys"] = facts["silver_rows"] - found_keys
     facts["elsewhere"] = facts["silver_rows"] - facts["inserted"]
-    return window, facts
+    return reach, facts
 
 
 def counts_of(slice_id: str, facts: dict[str, int]) -> SliceCounts:

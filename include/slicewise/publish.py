@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import date
 
 from pyspark.sql import SparkSession
@@ -24,8 +24,8 @@ from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
 from slicewise.tables import retry_on_conflict, table_exists, table_version
-from slicewise.transforms import events_per_hour, window_hours
-from slicewise.windows import Window, silver_window, slice_window
+from slicewise.transforms import events_per_hour, hours_sql, window_hours
+from slicewise.windows import Reach, silver_window, slice_reach
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ class Publication:
     silver_version: int
     gold_version: int | None
     hours: list[str]  # [first, last] hour rebuilt (UTC), or empty
+    far_dates: list[str] = field(default_factory=list)  # dates beyond them rebuilt too
 
 
 def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publication:
@@ -52,17 +53,17 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
         )
     silver_path = settings.table("silver")
     version = verified_version(spark, settings, ledger, slice_id)
-    # The hours to rebuild are the whole dedup-horizon window of the slice, not only
-    # its own hours: its MERGE may have replaced a stored copy by an earlier-positioned
-    # one with another occurred_at, moving that event out of an hour published before.
-    # Only rows inside that window can have moved.
-    window = widened(slice_window(spark, settings, slice_id), ledger.step(slice_id, "replay"))
+    # The hours to rebuild are the slice's whole reach (its dedup-horizon window and far
+    # dates), not only its own hours: its MERGE may have replaced a stored copy by an
+    # earlier-positioned one with another occurred_at, moving that event out of an hour
+    # published before. Only rows inside the reach can have moved.
+    reach = widened(slice_reach(spark, settings, slice_id), ledger.step(slice_id, "replay"))
     gold_path = settings.table("gold_events_per_hour")
     gold = settings.pipeline.gold
     hours: list[str] = []
-    if window is not None and gold is not None:
-        first, last = window_hours(window)
-        hours = [first, last]
+    if reach is not None and gold is not None:
+        ranges = [window_hours(r) for r in reach.ranges()]
+        hours = list(ranges[0])
 
         attempts = 0
 
@@ -73,14 +74,14 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
                 version = verified_version(spark, settings, ledger, slice_id)
             (
                 events_per_hour(
-                    silver_window(spark, settings, window, version),
-                    (first, last),
+                    silver_window(spark, settings, reach, version),
+                    ranges,
                     settings.pipeline.column_of(settings.pipeline.event_time),
                     tuple(settings.pipeline.column_of(p) for p in gold.group_by),
                 )
                 .write.format("delta")
                 .mode("overwrite")
-                .option("replaceWhere", f"hour >= '{first}' AND hour <= '{last}'")
+                .option("replaceWhere", hours_sql(ranges))
                 .save(gold_path)
             )
 
@@ -94,6 +95,7 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
         silver_version=version if version is not None else table_version(spark, silver_path),
         gold_version=table_version(spark, gold_path) if table_exists(spark, gold_path) else None,
         hours=hours,
+        far_dates=[] if reach is None or not hours else [d.isoformat() for d in reach.far],
     )
     ledger.record_step(slice_id, "publish", asdict(publication))
     log.info("published %s: gold hours %s", slice_id, hours or "none")
@@ -101,14 +103,14 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
     return publication
 
 
-def widened(window: Window | None, replay: dict | None) -> Window | None:
-    """The slice's window, widened by the event dates a replay of it changed (rows it
+def widened(reach: Reach | None, replay: dict | None) -> Reach | None:
+    """The slice's reach, widened by the event dates a replay of it changed (rows it
     withdrew, other slices' copies it brought in: `replay.withdraw_stricter`)."""
     changed = (replay or {}).get("changed")
     if not changed:
-        return window
+        return reach
     lo, hi = (date.fromisoformat(d) for d in changed)
-    return (lo, hi) if window is None else (min(window[0], lo), max(window[1], hi))
+    return Reach((lo, hi)) if reach is None else reach.widened(lo, hi)
 
 
 def verified_version(

@@ -40,7 +40,7 @@ from slicewise.silver import (
 from slicewise.slices import Slice
 from slicewise.tables import of_slice, read_table, replace_slice, table_version
 from slicewise.transforms import dedup_within, event_date_span, valid_events
-from slicewise.windows import Window, recorded_ids
+from slicewise.windows import Reach, Window, recorded_ids
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def withdraw_stricter(
         if span["first"] is None:
             return None
         stored = (span["first"], span["last"])
-        withdraw(spark, settings, sl, withdrawn.select(*key), stored)
+        withdraw(spark, settings, sl, withdrawn.select(*key), Reach(stored))
         log.warning("replay of %s withdrew keys its rules now quarantine", sl.slice_id)
         others = other_copies(spark, settings, ledger, sl.slice_id, withdrawn.select(*key))
         return stored if others is None else (min(stored[0], others[0]), max(stored[1], others[1]))
@@ -95,8 +95,9 @@ def other_copies(
     spark: SparkSession, settings: Settings, ledger: Ledger, slice_id: str, keys: DataFrame
 ) -> Window | None:
     """MERGE the copies of `keys` that other slices hold (parsed from their bronze rows by
-    today's rules); the span of their event dates. Reads all of `slice_ids` to find the
-    slices: a replay is rare and run by hand."""
+    today's rules); the span of the event dates their MERGEs looked at (far dates
+    included). Reads all of `slice_ids` to find the slices: a replay is rare and run by
+    hand."""
     key = list(settings.pipeline.key_columns)
     ids = read_table(spark, settings.table("slice_ids"), slice_ids_schema(settings.pipeline))
     holders = [
@@ -116,12 +117,9 @@ def other_copies(
         copies = valid_events(parse(bronze, settings), settings.pipeline).join(
             keys, key, "left_semi"
         )
-        if (
-            window := merge_survivors(
-                spark, settings, dedup_within(copies, settings.pipeline), None
-            )
-        ) is not None:
-            spans.append(window)
+        reach = merge_survivors(spark, settings, dedup_within(copies, settings.pipeline), None)
+        if reach is not None:
+            spans.extend(reach.ranges())
     if not spans:
         return None
     return min(w[0] for w in spans), max(w[1] for w in spans)

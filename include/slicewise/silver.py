@@ -8,8 +8,10 @@ survivor rule picks one copy per key (`survivors`: the lowest Kafka position unl
 the definition orders by a field). Across slices the MERGE replaces a stored copy
 only by one the same rule prefers, so silver ends the same whatever order slices run
 in and however often. The MERGE only looks at silver rows whose event_date lies
-within the dedup horizon of the slice's own dates: Delta prunes every other
-partition, so its cost follows the slice, not the table. Silver has deletion
+within the slice's reach (`windows.Reach`): the dedup horizon of its own dates, and
+the far dates where `slice_ids` says another slice holds a copy of one of its keys.
+Delta prunes every other partition, so its cost follows the slice, not the table,
+and copies of a key any distance apart still end as one row. Silver has deletion
 vectors: a MERGE marks the rows it replaces instead of rewriting every file that
 holds a matched row.
 """
@@ -21,7 +23,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import date
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
@@ -54,6 +55,7 @@ from slicewise.transforms import (
     survivors,
     valid_events,
 )
+from slicewise.windows import Reach, reach_of
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +182,7 @@ def merge_into_silver(
     path: str,
     pipeline: Pipeline,
     events: DataFrame,
-    window: tuple[date, date],
+    reach: Reach,
     app_id: str | None,
 ) -> None:
     """Insert new keys; replace a stored copy only by one the survivor rule prefers.
@@ -188,7 +190,6 @@ def merge_into_silver(
     With an `app_id` the MERGE commits at most once for it (and fences racers);
     without, it is still idempotent by content, which quarantine replay relies on.
     """
-    lo, hi = window
     ensure_silver(spark, path, pipeline)
     # SQL rather than DeltaTable.merge: the same statement runs in-process and over
     # Spark Connect, which carries SQL but not Delta's Python API.
@@ -196,8 +197,7 @@ def merge_into_silver(
     events.createOrReplaceTempView(source)
     merge = (
         f"MERGE INTO {delta_ref(path)} AS t USING {source} AS s "
-        f"ON t.event_date BETWEEN DATE'{lo.isoformat()}' AND DATE'{hi.isoformat()}' "
-        f"AND {key_match_sql(pipeline)} "
+        f"ON {reach.sql('t.event_date')} AND {key_match_sql(pipeline)} "
         f"WHEN MATCHED AND {beats_sql(pipeline)} THEN UPDATE SET * "
         "WHEN NOT MATCHED THEN INSERT *"
     )
@@ -213,34 +213,42 @@ def merge_into_silver(
 
 def merge_survivors(
     spark: SparkSession, settings: Settings, kept: DataFrame, app_id: str | None
-) -> tuple[date, date] | None:
-    """MERGE a slice's survivors into silver within the horizon window of their event
-    dates; return that window (None, and no MERGE, when the slice has no valid event)."""
+) -> Reach | None:
+    """MERGE a slice's survivors into silver within their reach (the horizon window of
+    their event dates and the far dates of their keys); return that reach (None, and no
+    MERGE, when the slice has no valid event)."""
     pipeline = settings.pipeline
     span = event_date_span(kept).first()
     if span["first"] is None:
         ensure_silver(spark, settings.table("silver"), pipeline)
         return None
     window = horizon_window(span["first"], span["last"], settings.dedup_horizon_days)
+    reach = reach_of(spark, settings, kept.select(*pipeline.key_columns), window)
+    if reach.far:
+        log.warning(
+            "keys of this slice have copies in other slices dated %s, beyond its window %s: "
+            "the MERGE reads those dates too",
+            ", ".join(d.isoformat() for d in reach.far),
+            reach.describe(),
+        )
     merge_into_silver(
         spark,
         settings.table("silver"),
         pipeline,
         conform(kept, silver_schema(pipeline)),
-        window,
+        reach,
         app_id,
     )
-    return window
+    return reach
 
 
 def withdraw(
-    spark: SparkSession, settings: Settings, sl: Slice, keys: DataFrame, window: tuple[date, date]
+    spark: SparkSession, settings: Settings, sl: Slice, keys: DataFrame, dates: Reach
 ) -> None:
-    """Delete silver's rows of `keys` (with their stored `event_date`s in `window`) whose
+    """Delete silver's rows of `keys` (with their stored `event_date`s in `dates`) whose
     surviving copy came from the slice `sl`: records its replay now quarantines. A row
     whose copy came from another slice stays (that copy is still valid there)."""
     pipeline, path = settings.pipeline, settings.table("silver")
-    lo, hi = window
     mine = " OR ".join(
         f"(t.kafka_partition = {p} AND t.kafka_offset >= {a} AND t.kafka_offset < {b})"
         for p, (a, b) in sorted(sl.ranges.items())
@@ -253,8 +261,7 @@ def withdraw(
     try:
         spark.sql(
             f"MERGE INTO {delta_ref(path)} AS t USING {source} AS s "
-            f"ON t.event_date BETWEEN DATE'{lo.isoformat()}' AND DATE'{hi.isoformat()}' "
-            f"AND {key_match_sql(pipeline)} AND ({mine}) "
+            f"ON {dates.sql('t.event_date')} AND {key_match_sql(pipeline)} AND ({mine}) "
             "WHEN MATCHED THEN DELETE"
         ).collect()
     finally:
@@ -283,11 +290,13 @@ def write_slice(
     store: SliceStore,
     merge_id: str | None,
     quarantine_last: bool = False,
-) -> tuple[date, date] | None:
+) -> Reach | None:
     """Quarantine, `slice_ids` and the MERGE from the slice's `parsed` rows (cached by the
-    caller, unpersisted here once written); the MERGE's window (None: no valid event).
+    caller, unpersisted here once written); the MERGE's reach (None: no valid event).
 
-    The three writes are independent, so they run side by side. `store` writes the
+    Quarantine runs beside `slice_ids` then the MERGE: the ids commit first, since
+    they are the key index the MERGE of a slice racing with this one looks up
+    (`windows.far_dates`). `store` writes the
     slice's rows of quarantine and `slice_ids`: silver appends them once, replay
     replaces them; `merge_id` is the MERGE's idempotent-write id (`merge_into_silver`).
     A store that replaces takes records out of quarantine, so it passes
@@ -309,28 +318,26 @@ def write_slice(
         store(quarantined(parsed), "quarantine")
         fault_point("silver.quarantined", settings, slice_id)
 
-    def ids() -> None:
+    def ids_then_merge() -> Reach | None:
         store(slice_ids(kept, pipeline), "slice_ids")
-
-    def merge() -> tuple[date, date] | None:
         return merge_survivors(spark, settings, kept, merge_id)
 
     try:
         if quarantine_last:
-            _, window = side_by_side(ids, merge)
+            reach = ids_then_merge()
             quarantine()
         else:
-            *_, window = side_by_side(quarantine, ids, merge)
+            _, reach = side_by_side(quarantine, ids_then_merge)
     finally:
         parsed.unpersist()
         kept.unpersist()
-    return window
+    return reach
 
 
 @dataclass(frozen=True)
 class SilverResult:
     slice_id: str
-    window: tuple[date, date] | None  # event dates the MERGE looked at; None: no valid event
+    reach: Reach | None  # event dates the MERGE looked at; None: no valid event
 
 
 def run_silver(spark: SparkSession, settings: Settings, slice_id: str) -> SilverResult:
@@ -364,20 +371,22 @@ def merge_slice(
     def append(rows: DataFrame, table: str) -> None:
         append_once(rows, settings.table(table), f"slicewise/{table}/{slice_id}", metadata)
 
-    window = write_slice(
+    reach = write_slice(
         spark, settings, slice_id, parsed, append, merge_id=f"slicewise/silver/{slice_id}"
     )
     fault_point("silver.merged", settings, slice_id)
 
-    result = SilverResult(slice_id, window)
+    result = SilverResult(slice_id, reach)
     ledger.record_step(
         slice_id,
         "silver",
         {
-            "window": None if window is None else [d.isoformat() for d in window],
+            "window": None if reach is None else [d.isoformat() for d in reach.window],
+            "far_dates": [] if reach is None else [d.isoformat() for d in reach.far],
             # At or above its MERGE's version: publication waits for slices marked below.
             "silver_version": table_version(spark, settings.table("silver")),
         },
     )
-    log.info("silver %s: merged events of %s", sl.describe(), window or "no valid event")
+    where = "no valid event" if reach is None else reach.describe()
+    log.info("silver %s: merged events of %s", sl.describe(), where)
     return result

@@ -70,15 +70,19 @@ def window_hours(window: tuple[date, date]) -> tuple[str, str]:
     return f"{first.isoformat()} 00:00:00", f"{last.isoformat()} 23:00:00"
 
 
+def hours_sql(hours: list[tuple[str, str]]) -> str:
+    """Gold's rows within ranges of hours, as a predicate (gold's replaceWhere)."""
+    return " OR ".join(f"(hour >= '{first}' AND hour <= '{last}')" for first, last in hours)
+
+
 def events_per_hour(
-    silver: DataFrame, hours: tuple[str, str], event_time: str, group_by: tuple[str, ...]
+    silver: DataFrame, hours: list[tuple[str, str]], event_time: str, group_by: tuple[str, ...]
 ) -> DataFrame:
     """Gold: silver's events per UTC hour of their event time and the `group_by`
-    columns, for the hours given."""
-    first, last = hours
+    columns, for the ranges of hours given."""
     return (
         silver.withColumn("hour", F.date_trunc("hour", event_time))
-        .where(F.col("hour").between(F.to_timestamp(F.lit(first)), F.to_timestamp(F.lit(last))))
+        .where(hours_sql(hours))
         .groupBy("hour", *group_by)
         .agg(F.count("*").alias("events"))
     )

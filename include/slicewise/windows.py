@@ -1,15 +1,19 @@
-"""A slice's window of silver: the event dates its MERGE may touch, and silver's rows there.
+"""A slice's reach in silver: the event dates its MERGE may touch, and silver's rows there.
 
-The window is the slice's own event dates (from its recorded `slice_ids`) widened by
-the dedup horizon; the MERGE looked at no other partition, so the gate proves and
-publish rebuilds only within it, at a cost that follows the slice, not silver.
+The reach is the slice's own event dates (from its recorded `slice_ids`) widened by
+the dedup horizon, plus the far dates: the dates beyond that window where another
+slice recorded a copy of one of its keys (`far_dates`). The MERGE looked at no other
+partition, so the gate proves and publish rebuilds only within the reach, at a cost
+that follows the slice, not silver, and the copies of a key end as one row whatever
+their event times and whatever order their slices ran in.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import date
 
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from slicewise.config import Settings
@@ -20,17 +24,50 @@ from slicewise.transforms import event_date_span, horizon_window
 Window = tuple[date, date]
 
 
+@dataclass(frozen=True)
+class Reach:
+    """Silver's event dates a slice's MERGE looks at: its `window` (its own dates widened
+    by the horizon) and the `far` dates beyond it (single dates, usually none)."""
+
+    window: Window
+    far: tuple[date, ...] = ()
+
+    def ranges(self) -> list[Window]:
+        lo, hi = self.window
+        return [self.window, *((d, d) for d in self.far if not lo <= d <= hi)]
+
+    def sql(self, column: str) -> str:
+        """The reach as a SQL predicate on a date column (partition-pruned)."""
+        return (
+            "("
+            + " OR ".join(
+                f"{column} BETWEEN DATE'{lo.isoformat()}' AND DATE'{hi.isoformat()}'"
+                for lo, hi in self.ranges()
+            )
+            + ")"
+        )
+
+    def column(self, name: str = "event_date") -> Column:
+        ranges = [F.col(name).between(F.lit(lo), F.lit(hi)) for lo, hi in self.ranges()]
+        predicate = ranges[0]
+        for r in ranges[1:]:
+            predicate = predicate | r
+        return predicate
+
+    def widened(self, lo: date, hi: date) -> Reach:
+        return Reach((min(self.window[0], lo), max(self.window[1], hi)), self.far)
+
+    def describe(self) -> str:
+        lo, hi = self.window
+        far = f" and {', '.join(d.isoformat() for d in self.far)}" if self.far else ""
+        return f"{lo.isoformat()}..{hi.isoformat()}{far}"
+
+
 def recorded_ids(spark: SparkSession, settings: Settings, slice_id: str) -> DataFrame:
     """The slice's valid keys as silver recorded them (`slice_ids`)."""
     return of_slice(
         spark, settings.table("slice_ids"), slice_ids_schema(settings.pipeline), slice_id
     )
-
-
-def slice_window(spark: SparkSession, settings: Settings, slice_id: str) -> Window | None:
-    """Event dates the slice's MERGE may touch (its dates widened by the dedup horizon),
-    or None when it has no valid event."""
-    return window_of(event_date_span(recorded_ids(spark, settings, slice_id)).first(), settings)
 
 
 def window_of(span: Row | None, settings: Settings) -> Window | None:
@@ -40,17 +77,55 @@ def window_of(span: Row | None, settings: Settings) -> Window | None:
     return horizon_window(span["first"], span["last"], settings.dedup_horizon_days)
 
 
+def far_dates(
+    spark: SparkSession, settings: Settings, keys: DataFrame, window: Window
+) -> tuple[date, ...]:
+    """The event dates outside `window` where any slice recorded a copy of one of `keys`
+    as its survivor: where silver may store such a key's row (it holds the copy of one
+    of those slices). `slice_ids` is the key index: one narrow scan of it (compacted by
+    maintenance), and almost always no date.
+
+    A slice's ids commit before its MERGE looks here (`silver.write_slice`), so of two
+    slices racing with copies of a key far apart, the later lookup finds the other's
+    date, and its MERGE then reads that partition: Delta fails it if the other's MERGE
+    wrote there meanwhile, and the retry finds the row."""
+    lo, hi = window
+    key = list(settings.pipeline.key_columns)
+    ids = read_table(spark, settings.table("slice_ids"), slice_ids_schema(settings.pipeline))
+    rows = (
+        ids.where(~F.col("event_date").between(F.lit(lo), F.lit(hi)))
+        .join(keys.select(*key), key, "left_semi")
+        .select("event_date")
+        .distinct()
+        .collect()
+    )
+    return tuple(sorted(r.event_date for r in rows))
+
+
+def reach_of(
+    spark: SparkSession, settings: Settings, keys: DataFrame, window: Window | None
+) -> Reach | None:
+    """The reach of a slice's `keys` whose own dates widened by the horizon are `window`."""
+    return None if window is None else Reach(window, far_dates(spark, settings, keys, window))
+
+
+def slice_reach(spark: SparkSession, settings: Settings, slice_id: str) -> Reach | None:
+    """The reach of a slice's recorded ids, or None when it has no valid event."""
+    ids = recorded_ids(spark, settings, slice_id)
+    window = window_of(event_date_span(ids).first(), settings)
+    return reach_of(spark, settings, ids.select(*settings.pipeline.key_columns), window)
+
+
 def silver_window(
-    spark: SparkSession, settings: Settings, window: Window | None, version: int | None = None
+    spark: SparkSession, settings: Settings, reach: Reach | None, version: int | None = None
 ) -> DataFrame:
-    """Silver rows within a window of event dates (partition-pruned); as of `version`
-    when given (publication reads the version it proved verified)."""
+    """Silver rows within a reach's event dates (partition-pruned); as of `version` when
+    given (publication reads the version it proved verified)."""
     path, schema = settings.table("silver"), silver_schema(settings.pipeline)
     if version is None:
         silver = read_table(spark, path, schema)
     else:
         silver = spark.read.format("delta").option("versionAsOf", version).load(path)
-    if window is None:
+    if reach is None:
         return silver.limit(0)
-    lo, hi = window
-    return silver.where(F.col("event_date").between(F.lit(lo), F.lit(hi)))
+    return silver.where(reach.column())

@@ -5,8 +5,10 @@ backfilled interval plans contiguous slices."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -22,6 +24,7 @@ from slicewise.ledger import Ledger
 from slicewise.planner import CompactedTopic, plan_slice
 from slicewise.publish import PublicationBlocked, run_publish
 from slicewise.slices import TopicReset
+from slicewise.spark import remote_session
 from slicewise.tables import table_exists
 from slicewise_dev.producer import Record, TxProducer, event_value
 
@@ -328,3 +331,44 @@ def test_a_replay_under_stricter_rules_withdraws_what_it_now_quarantines(
     ledger = Ledger(settings.ledger_dir, settings.topic)
     assert ledger.step(a.slice_id, "replay")["changed"]
     assert run_replay(spark, stricter, a.slice_id) == counts  # safe to repeat
+
+
+def test_copies_far_apart_end_as_one_row_in_every_order(
+    spark_remote, pipeline_factory, new_topic, tmp_path
+):
+    """Three copies of a key whose event times lie 20 days apart (beyond the 7-day
+    horizon), one in each of three slices: whichever of the six orders the slices run
+    in (each slice planned, ingested, gated and published before the next), every
+    gate passes and silver ends with one row for the key, the copy at the lowest Kafka
+    position, and gold counts it once. Two orders at a time, each in its own session
+    and lakehouse (as two pipelines on one server)."""
+    topic = new_topic(1)
+    spec = tmp_path / "events.yaml"
+    spec.write_text(definition(topic))
+    far = [T0 - timedelta(days=40), T0 - timedelta(days=20), T0]
+    _, producer = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(spec))
+    for i, occurred in enumerate(far):  # slice i: the copy of `k`, then a key of its own
+        producer.send([Record(event_value("k", occurred), 0, at(i + 0.5))])
+        producer.send([ev(f"own-{i}", i + 0.6)])
+    runs = [pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(spec))[0] for _ in range(6)]
+
+    def run(order: tuple[int, ...], settings) -> tuple:
+        session = remote_session(spark_remote, fresh=True)
+        try:
+            slices = [plan_slice(settings, at(i), at(i + 1), now=LATER).slice_id for i in range(3)]
+            for i in order:
+                run_ingest(session, settings, slices[i])
+                assert run_gate(session, settings, slices[i])["success"], order
+                run_publish(session, settings, slices[i])
+            silver = session.read.format("delta").load(settings.table("silver"))
+            rows = sorted((r.event_id, r.occurred_at, r.kafka_offset) for r in silver.collect())
+            return order, tuple(rows), gold_events(session, settings)
+        finally:
+            session.stop()
+
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(run, itertools.permutations(range(3)), runs))
+    for order, rows, gold in outcomes:
+        assert [r for r in rows if r[0] == "k"] == [("k", far[0].replace(tzinfo=None), 0)], order
+        assert gold == len(rows) == 4, order
+    assert len({rows for _, rows, _ in outcomes}) == 1

@@ -202,7 +202,7 @@ def test_events_per_hour_counts_by_hour_and_type_within_the_hours(spark):
         rows, "event_id string, event_type string, occurred_at timestamp"
     )
     got = events_per_hour(
-        silver, ("2026-11-01 00:00:00", "2026-11-01 23:00:00"), "occurred_at", ("event_type",)
+        silver, [("2026-11-01 00:00:00", "2026-11-01 23:00:00")], "occurred_at", ("event_type",)
     )
     assertDataFrameEqual(
         got,
@@ -215,6 +215,16 @@ def test_events_per_hour_counts_by_hour_and_type_within_the_hours(spark):
             "hour timestamp, event_type string, events long",
         ),
     )
+    # Several ranges (a reach with far dates): each hour within one of them, no other.
+    ranges = [
+        ("2026-11-01 10:00:00", "2026-11-01 10:00:00"),
+        ("2026-11-02 00:00:00", "2026-11-02 23:00:00"),
+    ]
+    got = events_per_hour(silver, ranges, "occurred_at", ())
+    assert sorted((r.hour, r.events) for r in got.collect()) == [
+        (datetime(2026, 11, 1, 10), 3),
+        (datetime(2026, 11, 2, 0), 1),
+    ]
 
 
 # A second definition (docs/examples/two-pipelines.yaml): a composite key with a nested
