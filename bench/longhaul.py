@@ -42,9 +42,10 @@ from typing import Any
 
 import slicewise.ledger
 from slicewise.cli import shown_slices, status_freshness, status_rows
-from slicewise.config import REPO_ROOT, Settings, load_settings
+from slicewise.config import Settings, load_settings
 from slicewise.connect_server import SparkConnectServer, warm_up
 from slicewise.gate import run_gate
+from slicewise.home import REPO_ROOT
 from slicewise.ingest import run_ingest
 from slicewise.ledger import Ledger
 from slicewise.maintenance import run_maintenance

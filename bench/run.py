@@ -32,8 +32,9 @@ from pathlib import Path
 
 import psutil
 
-from slicewise.config import REPO_ROOT, Settings, load_settings
+from slicewise.config import Settings, load_settings
 from slicewise.connect_server import SparkConnectServer, connect_connection, warm_up
+from slicewise.home import REPO_ROOT
 from slicewise.planner import plan_slice
 from slicewise.spark import classic_env
 from slicewise_dev import source

@@ -19,7 +19,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from slicewise.config import REPO_ROOT, load_settings
+from slicewise.config import load_settings
+from slicewise.home import REPO_ROOT
 from slicewise.ledger import STEPS as LEDGER_STEPS
 from slicewise.planner import plan_slice
 from slicewise.spark import spark_conf

@@ -25,9 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from slicewise.errors import ConfigError
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_FILE = REPO_ROOT / "pipelines.yaml"
+from slicewise.home import default_pipelines_file
 
 FieldType = Literal[
     "string", "integer", "number", "boolean", "timestamp", "date", "object", "array"
@@ -388,7 +386,7 @@ class PipelinesFile(_Strict):
 def definitions_file(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     raw = env.get("SLICEWISE_PIPELINES_FILE", "").strip()
-    return Path(raw).expanduser() if raw else DEFAULT_FILE
+    return Path(raw).expanduser() if raw else default_pipelines_file(env)
 
 
 def load_pipelines(path: Path | str | None = None) -> dict[str, Pipeline]:

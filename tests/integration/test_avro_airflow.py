@@ -15,7 +15,7 @@ import yaml
 from pyspark.sql import functions as F
 
 from slicewise.config import load_settings
-from slicewise.pipelines import REPO_ROOT
+from slicewise.home import REPO_ROOT
 from slicewise_dev.airflow_env import airflow_env
 from slicewise_dev.airflow_services import AirflowServices
 from slicewise_dev.source import Faults, produce

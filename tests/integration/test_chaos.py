@@ -39,10 +39,11 @@ import yaml
 from chaos_log import SCENARIOS, Row, append, render
 from pyspark.sql import functions as F
 
-from slicewise.config import REPO_ROOT, Settings, load_settings
+from slicewise.config import Settings, load_settings
 from slicewise.connect_auth import TOKEN_ENV
 from slicewise.connect_server import SparkConnectServer
 from slicewise.faults import POINTS
+from slicewise.home import REPO_ROOT
 from slicewise.ledger import Ledger
 from slicewise.tables import table_exists
 from slicewise_dev.airflow_env import VENV_BIN, airflow_env

@@ -23,8 +23,9 @@ from confluent_kafka.admin import (
 
 from slicewise import cli
 from slicewise.acknowledge import acknowledge
-from slicewise.config import REPO_ROOT, load_settings
+from slicewise.config import load_settings
 from slicewise.gate import run_gate
+from slicewise.home import REPO_ROOT
 from slicewise.ingest import run_ingest
 from slicewise.ledger import Ledger
 from slicewise.planner import plan_slice

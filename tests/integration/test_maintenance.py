@@ -13,8 +13,8 @@ from pyspark.sql import functions as F
 
 from slicewise import maintenance as maintenance_module
 from slicewise.bronze import BronzeDropped
-from slicewise.config import REPO_ROOT
 from slicewise.gate import run_gate
+from slicewise.home import REPO_ROOT
 from slicewise.ingest import run_ingest
 from slicewise.ledger import BRONZE_DROPPED, Ledger
 from slicewise.maintenance import run_maintenance

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, QueryBuilder
 
-from slicewise.config import REPO_ROOT
 from slicewise.gate import run_gate
+from slicewise.home import REPO_ROOT
 from slicewise.ingest import run_ingest
 from slicewise.ledger import Ledger
 from slicewise.planner import plan_slice

@@ -29,8 +29,8 @@ from pyspark.sql import functions as F
 from sqlalchemy import text
 
 from slicewise.config import load_settings
+from slicewise.home import REPO_ROOT
 from slicewise.ledger import Ledger
-from slicewise.pipelines import REPO_ROOT
 from slicewise_dev.airflow_env import VENV_BIN, ui_env
 from slicewise_dev.airflow_services import AirflowServices
 from slicewise_dev.source import Faults, produce
