@@ -24,7 +24,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 from slicewise.config import ConfigError, Settings, load_settings
 from slicewise.errors import OperationalError
@@ -265,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                 )
             else:
-                now = datetime.now(UTC)
+                now = datetime.now(timezone.utc)
                 print_holds(holds, now)
                 print("\n".join(fresh.describe(now)))
                 print_status(rows)

@@ -147,7 +147,7 @@ def validate(
                 )
             )
             run_id = gx.RunIdentifier(
-                run_name=_key_safe(run_name), run_time=dt.datetime.now(dt.UTC)
+                run_name=_key_safe(run_name), run_time=dt.datetime.now(dt.timezone.utc)
             )
             outcome = checkpoint.run(batch_parameters={"dataframe": df}, run_id=run_id)
             ((key, result),) = outcome.run_results.items()

@@ -137,9 +137,9 @@ class IntervalClosedSensor(DateTimeSensorAsync):
     """
 
     def execute(self, context: Any) -> None:
-        from datetime import UTC, datetime
+        from datetime import datetime, timezone
 
-        if datetime.now(UTC) >= self._moment:
+        if datetime.now(timezone.utc) >= self._moment:
             return
         super().execute(context)
 

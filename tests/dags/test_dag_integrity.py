@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -178,13 +178,13 @@ except AssertionError:
 
 
 def test_the_interval_sensor_defers_only_while_the_interval_is_open():
-    from datetime import UTC, datetime, timedelta
+    from datetime import datetime, timedelta
 
     from airflow.sdk.exceptions import TaskDeferred
 
     from slicewise.operators import IntervalClosedSensor
 
-    now = datetime.now(UTC)
+    now = datetime.now(timezone.utc)
     closed = IntervalClosedSensor(task_id="closed", target_time=now - timedelta(minutes=1))
     assert closed.execute({}) is None  # a backfill: no round trip through the triggerer
     open_ = IntervalClosedSensor(task_id="open", target_time=now + timedelta(hours=1))

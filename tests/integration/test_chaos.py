@@ -31,7 +31,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -524,7 +524,7 @@ def strike_run(
     if scenario == FAILED_GATE:
         ago, hours = timedelta(hours=4), 2
     settings = load_settings({**os.environ, **env})
-    start = (datetime.now(UTC) - ago).replace(minute=0, second=0, microsecond=0)
+    start = (datetime.now(timezone.utc) - ago).replace(minute=0, second=0, microsecond=0)
     manifest = produce(
         settings, start, intervals=hours, events=300 * hours, faults=FAULTS, seed=seed
     )

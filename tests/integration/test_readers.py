@@ -5,7 +5,7 @@ after the feature is dropped, that path reads it too. Each key once in every cas
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 import pytest
@@ -22,9 +22,11 @@ from slicewise_dev.producer import Record, event_value
 
 pytestmark = pytest.mark.integration
 
-T0 = (datetime.now(UTC) - timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+T0 = (datetime.now(timezone.utc) - timedelta(days=1)).replace(
+    hour=0, minute=0, second=0, microsecond=0
+)
 HOUR = timedelta(hours=1)
-LATER = datetime.now(UTC) + timedelta(days=365)
+LATER = datetime.now(timezone.utc) + timedelta(days=365)
 
 
 def at(hours: float) -> datetime:

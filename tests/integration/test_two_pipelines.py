@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -72,7 +72,7 @@ def wait_for_scheduled_success(services: AirflowServices, dag_id: str, timeout: 
         assert all(str(state) != "failed" for _, state in runs), (runs, services.tail())
         done = [at for at, state in runs if str(state) == "success"]
         if done:
-            return done[0] if done[0].tzinfo else done[0].replace(tzinfo=UTC)
+            return done[0] if done[0].tzinfo else done[0].replace(tzinfo=timezone.utc)
         time.sleep(3)
     raise AssertionError(f"no scheduled run of {dag_id} succeeded in {timeout} s")
 
@@ -114,7 +114,7 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(
         "events": None,
         "orders": "*/5 * * * *",
     }
-    end = {name: floor(datetime.now(UTC), step) for name, step in every.items()}
+    end = {name: floor(datetime.now(timezone.utc), step) for name, step in every.items()}
     start = {name: end[name] - 2 * step for name, step in every.items()}
     oracle = {
         name: produce(s, start[name], 2, 160, FAULTS, seed=7, shape=name, interval=every[name])
@@ -160,7 +160,7 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(
         log = (tmp_path / "logs" / "scheduler-2.log").read_text()
         # The interval open when the scheduler ran. The wall clock may have passed an hour
         # since `end`; the scheduler then rightly runs the hour that closed meanwhile.
-        opened = floor(datetime.now(UTC), every["events"])
+        opened = floor(datetime.now(timezone.utc), every["events"])
         with services.db.connect() as conn:
             next_runs = dict(conn.execute(text("SELECT dag_id, next_dagrun FROM dag")).all())
             kinds = conn.execute(text("SELECT dag_id, run_type FROM dag_run")).all()
