@@ -129,6 +129,37 @@ def test_pipeline_order_and_params(two_pipelines_dagbag, dag_id):
     assert isinstance(dag.get_task("wait_for_interval_close"), DateTimeSensorAsync)
 
 
+@pytest.mark.parametrize("mode", ["connect", "submit"])
+def test_the_definition_sets_owner_retries_concurrency_pool_and_connections(
+    airflow_db, tmp_path, monkeypatch, mode
+):
+    """Airflow conventions come from the definition's `airflow:` (defaults: today's)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    conventions = (
+        "    airflow: {owner: team-orders, retries: 5, max_active_runs: 2, pool: slicewise_spark,\n"
+        "              spark_connect_conn_id: orders_spark, spark_conn_id: orders_submit}\n"
+    )
+    text = TWO_PIPELINES.read_text().replace(
+        "    topic: orders\n", "    topic: orders\n" + conventions
+    )
+    (tmp_path / "pipelines.yaml").write_text(text)
+    monkeypatch.setenv("SLICEWISE_PIPELINES_FILE", str(tmp_path / "pipelines.yaml"))
+    monkeypatch.setenv("SLICEWISE_SPARK_MODE", mode)
+    bag = DagBag(dag_folder=str(DAGS))
+    orders, events = bag.get_dag("slicewise_orders"), bag.get_dag("slicewise_events")
+    assert orders.max_active_runs == 2 and events.max_active_runs == 4
+    for step in ("ingest", "gate", "publish"):
+        mine, default = orders.get_task(step), events.get_task(step)
+        assert (mine.owner, mine.pool) == ("team-orders", "slicewise_spark")
+        assert (default.owner, default.pool) == ("data-platform", "default_pool")
+        assert mine.retries == (1 if step == "gate" else 5)
+        conn = mine.conn_id if mode == "connect" else mine._conn_id
+        assert conn == ("orders_spark" if mode == "connect" else "orders_submit")
+    maintain = bag.get_dag("slicewise_orders_maintenance").get_task("maintain")
+    assert (maintain.owner, maintain.pool) == ("team-orders", "slicewise_spark")
+
+
 def test_the_submit_mode_is_chosen_by_configuration(airflow_db, monkeypatch):
     from airflow.dag_processing.dagbag import DagBag
 
