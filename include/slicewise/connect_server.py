@@ -101,7 +101,7 @@ def documented_command(port: int = DEFAULT_PORT) -> str:
         *(f"--conf {k}={v}" for k, v in conf.items()),
         "spark-internal",
     ]
-    return " \\\n  ".join(lines)
+    return " \\\n  ".join(lines)  # a shell line: the token expands where it starts
 
 
 def connect_connection(url: str, token: str | None) -> str:

@@ -5,18 +5,26 @@ runs from a directory outside the checkout."""
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import zipfile
+from datetime import datetime, timedelta, timezone
 from email.parser import Parser
 from pathlib import Path
 
 import pytest
 
+from slicewise.connect_server import port_open
 from slicewise.home import REPO_ROOT
 from slicewise_dev.airflow_env import VENV_BIN
+from slicewise_dev.broker import free_ports
+from slicewise_dev.producer import Record, TxProducer, event_value
 
 pytestmark = pytest.mark.integration
 
@@ -66,15 +74,30 @@ def entry_points(wheel: Path) -> str:
         return z.read(next(n for n in z.namelist() if n.endswith("entry_points.txt"))).decode()
 
 
-@pytest.mark.parametrize("version", ["3.10", "3.13"])
-def test_the_wheel_installs_and_runs_outside_the_checkout(wheel, version, tmp_path):
-    venv = tmp_path / "venv"
-    uv = shutil.which("uv", path=str(VENV_BIN)) or "uv"
+def install(wheel: Path, version: str, where: Path, extras: str = "") -> Path:
+    """A fresh venv on Python `version` with the wheel installed from the registry's
+    ranges (uv, from the dev venv); its folder."""
+    venv = where / f"venv-{version}"
+    uv = str(VENV_BIN / "uv")
     subprocess.run([uv, "venv", "-q", "--python", str(interpreter(version)), str(venv)], check=True)
     subprocess.run(
-        [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), str(wheel)],
+        [
+            uv,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(venv / "bin" / "python"),
+            f"slicewise{extras} @ {wheel.as_uri()}",
+        ],
         check=True,
     )
+    return venv
+
+
+@pytest.mark.parametrize("version", ["3.10", "3.13"])
+def test_the_wheel_installs_and_runs_outside_the_checkout(wheel, version, tmp_path):
+    venv = install(wheel, version, tmp_path)
     elsewhere = tmp_path / "deployment"  # a folder of its own: no checkout in sight
     elsewhere.mkdir()
     shutil.copy(
@@ -112,3 +135,102 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(wheel, version, tmp_pa
     no_dev, no_jvm_bridge, pom, where = probe.stdout.split()
     assert (no_dev, no_jvm_bridge, pom) == ("True", "True", "True")
     assert str(venv) in where and str(REPO_ROOT) not in where
+
+
+def test_a_worker_without_java_runs_a_slice_on_sparks_own_connect_server(
+    wheel, kafka_bootstrap, new_topic, spark, tmp_path
+):
+    """The deployment the README describes, on Python 3.12 (Airflow's images' default):
+    `slicewise[airflow]` alone (no pyspark, no `java` on PATH) runs `airflow dags test`
+    of a slice against a Spark Connect server started by the line `slicewise
+    spark-server` prints (Spark's own server, our jars as --packages from Maven Central,
+    no slicewise code on it), whose default time zone is not UTC: the client sets UTC
+    on its own session, so event dates and gold's hours are UTC."""
+    topic = new_topic(3)
+    at = datetime.now(timezone.utc).replace(hour=2, minute=30, second=0, microsecond=0) - timedelta(
+        days=1
+    )
+    producer = TxProducer({"bootstrap.servers": kafka_bootstrap}, topic, f"tx-{topic}")
+    producer.send([Record(event_value(f"e{i}", at), i % 3, at) for i in range(20)])
+    # The server, as a team would start it from the printed line (here on New York time).
+    token, port = secrets.token_hex(16), free_ports(1)[0]
+    line = subprocess.run(
+        [str(VENV_BIN / "slicewise"), "spark-server", "--port", str(port)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.replace("timeZone=UTC", "timeZone=America/New_York")
+    logs = tmp_path / "server.log"
+    with open(logs, "w") as log:
+        server = subprocess.Popen(
+            ["bash", "-c", line],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={
+                **os.environ,
+                "SLICEWISE_SPARK_TOKEN": token,
+                "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
+            },
+        )
+    try:
+        wait_for_port(port, server, logs)
+        venv = install(wheel, "3.12", tmp_path, extras="[airflow]")
+        home = tmp_path / "airflow"
+        (home / "dags").mkdir(parents=True)
+        shutil.copy(REPO_ROOT / "dags" / "slicewise_pipelines.py", home / "dags")
+        (home / "pipelines.yaml").write_text(
+            (REPO_ROOT / "pipelines.yaml").read_text().replace("topic: events", f"topic: {topic}")
+        )
+        env = {
+            "PATH": str(venv / "bin"),  # no java, no spark-submit
+            "HOME": str(tmp_path),
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps(
+                {"conn_type": "spark_connect", "host": "127.0.0.1", "port": port, "password": token}
+            ),
+            "SLICEWISE_KAFKA_BOOTSTRAP": kafka_bootstrap,
+            "SLICEWISE_LAKEHOUSE": str(tmp_path / "lakehouse"),
+            "SLICEWISE_GRACE_SECONDS": "0",
+        }
+        assert shutil.which("java", path=env["PATH"]) is None
+        for argv in (
+            ["db", "migrate"],
+            [
+                "dags",
+                "test",
+                "slicewise_events",
+                (at + timedelta(hours=1)).replace(minute=0).isoformat(),
+            ],
+        ):
+            done = subprocess.run(
+                [str(venv / "bin" / "airflow"), *argv],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+    silver = spark.read.format("delta").load(str(tmp_path / "lakehouse" / "events" / "silver"))
+    assert silver.count() == 20
+    assert {r.event_date for r in silver.select("event_date").distinct().collect()} == {at.date()}
+    gold = spark.read.format("delta").load(
+        str(tmp_path / "lakehouse" / "events" / "gold_events_per_hour")
+    )
+    assert [r.hour for r in gold.select("hour").distinct().collect()] == [
+        at.replace(minute=0, tzinfo=None)
+    ]
+
+
+def wait_for_port(port: int, server: subprocess.Popen, logs: Path, timeout: float = 600) -> None:
+    """Up once it listens; Ivy fetches the --packages from Maven Central on a first start."""
+    deadline = time.monotonic() + timeout
+    while not port_open(port):
+        assert server.poll() is None, logs.read_text()[-4000:]
+        assert time.monotonic() < deadline, logs.read_text()[-4000:]
+        time.sleep(1)
