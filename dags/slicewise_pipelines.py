@@ -9,7 +9,6 @@ network at parse time.
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 
 import pendulum
@@ -21,12 +20,11 @@ from slicewise.operators import (
     IntervalClosedSensor,
     SliceSparkConnectOperator,
     SliceSparkSubmitOperator,
+    application,
 )
 from slicewise.pipelines import Pipeline, load_pipelines
 from slicewise.spark import static_conf
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-JOBS = os.path.join(REPO, "spark_jobs")
 SLICE_ID = "{{ ti.xcom_pull(task_ids='plan') }}"
 
 
@@ -62,7 +60,7 @@ def spark_task(pipeline: Pipeline, step: str, args: list[str]) -> BaseOperator:
     return SliceSparkSubmitOperator(
         task_id=step,
         conn_id=conventions.spark_conn_id,
-        application=os.path.join(JOBS, f"{step}.py"),
+        application=application(step),
         application_args=argv,
         conf={**static_conf(), "spark.jars": "{{ slicewise_spark_jars() }}"},
         name=f"slicewise-{pipeline.name}-{step}-{{{{ data_interval_start | ts_nodash }}}}",

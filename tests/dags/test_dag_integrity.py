@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from datetime import timedelta, timezone
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
+REPO = Path(__file__).resolve().parents[2]
+DAGS = REPO / "dags"
 TWO_PIPELINES = Path(__file__).resolve().parents[2] / "docs" / "examples" / "two-pipelines.yaml"
 
 
@@ -171,6 +173,7 @@ def test_the_submit_mode_is_chosen_by_configuration(airflow_db, monkeypatch):
         task = dag.get_task(step)
         assert isinstance(task, SliceSparkSubmitOperator) and task._conn_id == "spark_default"
         assert task.application.endswith(f"spark_jobs/{step}.py")
+        assert os.path.samefile(task.application, REPO / "spark_jobs" / f"{step}.py")
 
     monkeypatch.setenv("SLICEWISE_SPARK_MODE", "yarn")
     bag = DagBag(dag_folder=str(DAGS))

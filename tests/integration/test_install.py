@@ -56,6 +56,12 @@ def test_the_wheel_is_the_product_with_its_dependencies_and_no_dev_stack(wheel):
             z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
         )
     assert "slicewise/spark-jars.pom.xml" in names  # runtime data is package data
+    modules = {
+        *(f"slicewise/{p.relative_to(REPO_ROOT / 'include' / 'slicewise').as_posix()}"
+          for p in (REPO_ROOT / "include" / "slicewise").rglob("*.py")),
+        *(f"slicewise/spark_jobs/{p.name}" for p in (REPO_ROOT / "spark_jobs").glob("*.py")),
+    }  # fmt: skip
+    assert modules <= set(names), sorted(modules - set(names))  # every subpackage listed
     assert not [n for n in names if n.startswith("slicewise_dev")]
     assert metadata["Requires-Python"] == ">=3.10"
     requires = metadata.get_all("Requires-Dist")
