@@ -84,6 +84,11 @@ def server_command(
     return [*args, "--class", SERVER_CLASS, "--name", "slicewise-connect", "spark-internal"]
 
 
+# What Ivy would pull beside our coordinates that we never load: hadoop-aws's 600 MB
+# AWS SDK bundle (the pom takes only the s3, transfer manager and sts modules).
+UNWANTED_PACKAGES = ("software.amazon.awssdk:bundle",)
+
+
 def documented_command(port: int = DEFAULT_PORT) -> str:
     """A Spark Connect server started the way Spark documents it, with no slicewise code
     on it: Spark's own `spark-submit` of `SparkConnectServer`, our jars as `--packages`
@@ -98,6 +103,7 @@ def documented_command(port: int = DEFAULT_PORT) -> str:
     lines = [
         f"spark-submit --class {SERVER_CLASS} --name slicewise-connect",
         f"--packages {','.join(spark_packages())}",
+        f"--exclude-packages {','.join(UNWANTED_PACKAGES)}",
         *(f"--conf {k}={v}" for k, v in conf.items()),
         "spark-internal",
     ]

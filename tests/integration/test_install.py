@@ -10,6 +10,7 @@ import os
 import secrets
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -186,7 +187,9 @@ def test_a_worker_without_java_runs_a_slice_on_sparks_own_connect_server(
         (home / "dags").mkdir(parents=True)
         shutil.copy(REPO_ROOT / "dags" / "slicewise_pipelines.py", home / "dags")
         (home / "pipelines.yaml").write_text(
-            (REPO_ROOT / "pipelines.yaml").read_text().replace("topic: events", f"topic: {topic}")
+            (REPO_ROOT / "pipelines.yaml")
+            .read_text()
+            .replace("topic: events", f"topic: {topic}\n    airflow: {{pool: slicewise_spark}}")
         )
         env = {
             "PATH": str(venv / "bin"),  # no java, no spark-submit
@@ -203,6 +206,7 @@ def test_a_worker_without_java_runs_a_slice_on_sparks_own_connect_server(
         assert shutil.which("java", path=env["PATH"]) is None
         for argv in (
             ["db", "migrate"],
+            ["pools", "set", "slicewise_spark", "4", "one Spark Connect server"],  # the README's
             [
                 "dags",
                 "test",
@@ -219,6 +223,9 @@ def test_a_worker_without_java_runs_a_slice_on_sparks_own_connect_server(
                 timeout=900,
             )
             assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        with sqlite3.connect(home / "airflow.db") as db:
+            pools = dict(db.execute("SELECT task_id, pool FROM task_instance").fetchall())
+        assert {pools[step] for step in ("ingest", "gate", "publish")} == {"slicewise_spark"}
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)
