@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: help bootstrap demo test test-unit chaos chaos-report bench bench-longhaul lint fmt broker-start broker-stop spark-connect spark-connect-start spark-connect-stop status airflow-ui airflow-ui-stop stop spark-cluster lock clean
+.PHONY: help bootstrap demo test test-unit test-pythons chaos chaos-report bench bench-longhaul lint fmt broker-start broker-stop spark-connect spark-connect-start spark-connect-stop status airflow-ui airflow-ui-stop stop spark-cluster lock clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -19,6 +19,10 @@ test: bootstrap ## run lint and every test (starts the real broker, Spark, Delta
 	@bash scripts/test_packages.sh
 	@$(VENV)/ruff check .
 	@$(VENV)/python -m pytest
+	@bash scripts/test_pythons.sh
+
+test-pythons: bootstrap ## the unit tier on Python 3.10, 3.12 and 3.13 (venvs from the declared ranges)
+	@bash scripts/test_pythons.sh
 
 test-unit: bootstrap ## only the unit tests: no JVM, no server, under a minute (tests/unit/conftest.py enforces it)
 	@$(VENV)/python -m pytest tests/unit -n 0

@@ -36,15 +36,16 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import slicewise.ledger
 from slicewise.cli import shown_slices, status_freshness, status_rows
-from slicewise.config import REPO_ROOT, Settings, load_settings
+from slicewise.config import Settings, load_settings
 from slicewise.connect_server import SparkConnectServer, warm_up
 from slicewise.gate import run_gate
+from slicewise.home import REPO_ROOT
 from slicewise.ingest import run_ingest
 from slicewise.ledger import Ledger
 from slicewise.maintenance import run_maintenance
@@ -100,7 +101,7 @@ def real_slice(spark, settings: Settings, producer: TxProducer, at: datetime, n:
     producer.send(records(at, n, at.strftime("%Y%m%d%H")))
     row: dict[str, Any] = {}
     planned: list = []
-    later = datetime.now(UTC) + timedelta(days=1)
+    later = datetime.now(timezone.utc) + timedelta(days=1)
     steps: dict[str, Callable[[], Any]] = {
         "plan": lambda: planned.append(plan_slice(settings, at, at + HOUR, now=later)),
         "ingest": lambda: run_ingest(spark, settings, planned[0].slice_id),
@@ -230,7 +231,7 @@ def run_store(store: str, args: argparse.Namespace, work: Path, broker, server) 
     admin.create_topics([new])[topic].result(30)
     producer = TxProducer({"bootstrap.servers": broker.bootstrap}, topic, f"tx-{topic}")
     spark = remote_session(server["url"], f"longhaul-{store}", fresh=True)
-    first = (datetime.now(UTC) - (args.slices + 2) * HOUR).replace(
+    first = (datetime.now(timezone.utc) - (args.slices + 2) * HOUR).replace(
         minute=0, second=0, microsecond=0
     )
     rows: list[dict] = []

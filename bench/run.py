@@ -27,13 +27,14 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import psutil
 
-from slicewise.config import REPO_ROOT, Settings, load_settings
+from slicewise.config import Settings, load_settings
 from slicewise.connect_server import SparkConnectServer, connect_connection, warm_up
+from slicewise.home import REPO_ROOT
 from slicewise.planner import plan_slice
 from slicewise.spark import classic_env
 from slicewise_dev import source
@@ -298,7 +299,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="slicewise-bench-"))
     cores = os.cpu_count() or 1
     chosen = set(args.only or ("w0", "w1", "w2", "w2avro", "airflow", "w3", "isolation"))
-    start = (datetime.now(UTC) - timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
+    start = (datetime.now(timezone.utc) - timedelta(hours=2)).replace(
+        minute=0, second=0, microsecond=0
+    )
     results: dict = {"slices": []}
     cache = load_settings().cache_dir
     with contextlib.ExitStack() as services:
@@ -383,7 +386,7 @@ def main() -> None:
     from report import plot, render  # bench/report.py, beside this script
 
     results["machine"] = machine()
-    results["when"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    results["when"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     results["cores"] = cores
     results["args"] = {k: str(v) for k, v in vars(args).items()}
     table = render(results, TARGETS)

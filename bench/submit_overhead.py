@@ -16,10 +16,11 @@ import os
 import subprocess
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from slicewise.config import REPO_ROOT, load_settings
+from slicewise.config import load_settings
+from slicewise.home import REPO_ROOT
 from slicewise.ledger import STEPS as LEDGER_STEPS
 from slicewise.planner import plan_slice
 from slicewise.spark import spark_conf
@@ -44,7 +45,9 @@ def main() -> None:
     if unknown := set(args.variants) - set(VARIANTS):
         parser.error(f"unknown variants {sorted(unknown)}; choose from {list(VARIANTS)}")
     root = Path(tempfile.mkdtemp(prefix="slicewise-overhead-"))
-    start = (datetime.now(UTC) - timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
+    start = (datetime.now(timezone.utc) - timedelta(hours=2)).replace(
+        minute=0, second=0, microsecond=0
+    )
     with running_broker(root / "kafka") as broker:
         env = {"SLICEWISE_KAFKA_BOOTSTRAP": broker.bootstrap, "SLICEWISE_TOPIC": "overhead"}
         produce(load_settings(env), start, 1, args.records, Faults(0, 0, 0, 0))

@@ -9,7 +9,6 @@ network at parse time.
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 
 import pendulum
@@ -21,12 +20,11 @@ from slicewise.operators import (
     IntervalClosedSensor,
     SliceSparkConnectOperator,
     SliceSparkSubmitOperator,
+    application,
 )
 from slicewise.pipelines import Pipeline, load_pipelines
 from slicewise.spark import static_conf
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-JOBS = os.path.join(REPO, "spark_jobs")
 SLICE_ID = "{{ ti.xcom_pull(task_ids='plan') }}"
 
 
@@ -37,32 +35,36 @@ def _spark_jars() -> str:
     return jars_arg()
 
 
-def spark_step(pipeline: str, step: str, extra_args: list[str] | None = None) -> BaseOperator:
+def spark_step(pipeline: Pipeline, step: str, extra_args: list[str] | None = None) -> BaseOperator:
     """A Spark step of the run's slice."""
     return spark_task(pipeline, step, ["--slice-id", SLICE_ID, *(extra_args or [])])
 
 
-def spark_task(pipeline: str, step: str, args: list[str]) -> BaseOperator:
-    """A Spark task: a client of the Spark Connect server (spark_connect_default), or a
-    spark-submit application (spark_default: local[*], a cluster, YARN, Kubernetes).
-    Only the connections say where; the steps and their arguments are the same. Airflow
-    stops an attempt after SLICEWISE_STEP_TIMEOUT, the span maintenance's VACUUM keeps."""
-    argv = ["--pipeline", pipeline, *args]
+def spark_task(pipeline: Pipeline, step: str, args: list[str]) -> BaseOperator:
+    """A Spark task: a client of the Spark Connect server (the definition's
+    `airflow.spark_connect_conn_id`), or a spark-submit application (`spark_conn_id`:
+    local[*], a cluster, YARN, Kubernetes), in the definition's pool. Only the
+    connections say where; the steps and their arguments are the same. Airflow stops an
+    attempt after SLICEWISE_STEP_TIMEOUT, the span maintenance's VACUUM keeps."""
+    argv = ["--pipeline", pipeline.name, *args]
+    conventions = pipeline.airflow
     if spark_mode() == "connect":
         return SliceSparkConnectOperator(
             task_id=step,
             step=step,
             argv=argv,
-            conn_id="spark_connect_default",
+            conn_id=conventions.spark_connect_conn_id,
+            pool=conventions.pool,
             execution_timeout=step_timeout(),
         )
     return SliceSparkSubmitOperator(
         task_id=step,
-        conn_id="spark_default",
-        application=os.path.join(JOBS, f"{step}.py"),
+        conn_id=conventions.spark_conn_id,
+        application=application(step),
         application_args=argv,
         conf={**static_conf(), "spark.jars": "{{ slicewise_spark_jars() }}"},
-        name=f"slicewise-{pipeline}-{step}-{{{{ data_interval_start | ts_nodash }}}}",
+        name=f"slicewise-{pipeline.name}-{step}-{{{{ data_interval_start | ts_nodash }}}}",
+        pool=conventions.pool,
         execution_timeout=step_timeout(),
     )
 
@@ -113,13 +115,13 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
         schedule=CronDataIntervalTimetable(pipeline.schedule or schedule(), timezone="UTC"),
         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         catchup=False,
-        max_active_runs=4,
+        max_active_runs=pipeline.airflow.max_active_runs,
         doc_md=doc,
         tags=["slicewise", "kafka", "delta", pipeline.name],
         user_defined_macros={"slicewise_spark_jars": _spark_jars},
         default_args={
-            "owner": "data-platform",
-            "retries": 3,
+            "owner": pipeline.airflow.owner,
+            "retries": pipeline.airflow.retries,
             "retry_delay": timedelta(seconds=30),
             "retry_exponential_backoff": True,
             "max_retry_delay": timedelta(minutes=10),
@@ -178,7 +180,7 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
 
         planned = plan()
         ingest = spark_step(
-            pipeline.name,
+            pipeline,
             "ingest",
             [
                 "--accept-data-loss",
@@ -187,12 +189,12 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
                 "{{ params.reprocess_from_bronze | lower }}",
             ],
         )
-        gate = spark_step(pipeline.name, "gate")
+        gate = spark_step(pipeline, "gate")
         # A failed gate is a finding about the data, not a transient error: one retry
         # covers a crashed driver, more would only delay the alert. On-call clears the
         # task once the cause is fixed.
-        gate.retries = 1
-        publish = spark_step(pipeline.name, "publish")
+        gate.retries = min(1, pipeline.airflow.retries)
+        publish = spark_step(pipeline, "publish")
         wait >> planned >> ingest >> gate >> publish >> announce(planned)
     return dag
 
@@ -223,12 +225,12 @@ def maintenance_dag(pipeline: Pipeline) -> DAG:
         tags=["slicewise", "maintenance", pipeline.name],
         user_defined_macros={"slicewise_spark_jars": _spark_jars},
         default_args={
-            "owner": "data-platform",
-            "retries": 2,
+            "owner": pipeline.airflow.owner,
+            "retries": min(2, pipeline.airflow.retries),
             "retry_delay": timedelta(minutes=5),
         },
     ) as dag:
-        spark_task(pipeline.name, "maintain", [])
+        spark_task(pipeline, "maintain", [])
     return dag
 
 

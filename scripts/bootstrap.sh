@@ -12,7 +12,7 @@ command -v java >/dev/null || { echo "Java 17 is required (java not on PATH)" >&
 command -v mvn >/dev/null || { echo "Maven is required once to fetch jars from Maven Central (apt-get install maven)" >&2; exit 1; }
 
 stamp_file=.venv/.slicewise-stamp
-want=$(cat requirements.txt requirements-dev.txt constraints.txt pyproject.toml scripts/bootstrap.sh | sha256sum | cut -c1-16)
+want=$(cat requirements.txt requirements-dev.txt constraints.txt pyproject.toml scripts/dev-package/pyproject.toml scripts/bootstrap.sh | sha256sum | cut -c1-16)
 if [[ ! -f $stamp_file || $(cat "$stamp_file") != "$want" ]]; then
   echo "==> virtualenv .venv (Python deps from constraints.txt)"
   [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
@@ -22,7 +22,7 @@ if [[ ! -f $stamp_file || $(cat "$stamp_file") != "$want" ]]; then
   # where PYTHONDONTWRITEBYTECODE is set (as on our CI machines) each would otherwise
   # compile its imports again (Great Expectations alone: ~20 s instead of ~4 s).
   VIRTUAL_ENV=.venv .venv/bin/uv pip install -q --compile-bytecode \
-    -r requirements-dev.txt -c constraints.txt -e .
+    -r requirements-dev.txt -c constraints.txt -e . -e scripts/dev-package
   echo "$want" > "$stamp_file"
 fi
 

@@ -8,6 +8,7 @@ On-call uses this to inspect and re-run a slice exactly as the DAG would:
     slicewise gate --slice-id ...     |  publish  |  bronze  |  silver  |  replay-quarantine
     slicewise maintain                   # compact, purge and vacuum the tables (docs/OPERATIONS.md)
     slicewise pipelines                  # check pipelines.yaml, list its pipelines
+    slicewise spark-server               # how to start a Spark Connect server of your own
 
 Every command takes `--pipeline NAME` (default: SLICEWISE_PIPELINE, else the
 definition file's first pipeline). An expected failure (data loss, a held LSO past
@@ -23,7 +24,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 from slicewise.config import ConfigError, Settings, load_settings
 from slicewise.errors import OperationalError
@@ -198,6 +199,15 @@ def parser() -> argparse.ArgumentParser:
         "pipelines", help="check the pipeline definition file and list its pipelines"
     )
     pipelines.add_argument("--file", default=None, help="default: SLICEWISE_PIPELINES_FILE")
+    server = sub.add_parser(
+        "spark-server",
+        help="print the spark-submit line of a Spark Connect server the pipeline can use "
+        "(Spark's own server, our jars as --packages)",
+    )
+    server.add_argument("--port", type=int, default=15002)
+    server.add_argument(
+        "--packages", action="store_true", help="print only the Maven coordinates, comma-separated"
+    )
     for step in STEPS:
         what = (
             "compact, purge and vacuum the pipeline's tables (docs/OPERATIONS.md)"
@@ -223,6 +233,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "pipelines":
             return check_pipelines(args.file)
+        if args.command == "spark-server":
+            from slicewise.connect_server import documented_command
+            from slicewise.spark import spark_packages
+
+            print(",".join(spark_packages()) if args.packages else documented_command(args.port))
+            return 0
         settings = load_settings(pipeline=args.pipeline)
         if args.command == "plan":
             from slicewise.planner import plan_slice
@@ -249,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                 )
             else:
-                now = datetime.now(UTC)
+                now = datetime.now(timezone.utc)
                 print_holds(holds, now)
                 print("\n".join(fresh.describe(now)))
                 print_status(rows)

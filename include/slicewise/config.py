@@ -1,6 +1,7 @@
 """Twelve-factor settings: environment variables with defaults that make the
 embedded mode (local broker, Spark local[*], lakehouse under .state/) work with
-no configuration at all.
+no configuration at all. Paths default under the deployment's home (`slicewise.home`),
+never into the installed package.
 
 Wrong values fail fast with a `ConfigError` naming the variable and what to set.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from slicewise.connect_auth import HIDDEN, configured_token, redacted
 from slicewise.errors import ConfigError
+from slicewise.home import default_state_dir
 from slicewise.kafka.security import KAFKA_PROP_PREFIX, KAFKA_SPARK_PROP_PREFIX, java_props
 from slicewise.pipelines import (
     Pipeline,
@@ -26,7 +28,6 @@ from slicewise.pipelines import (
 )
 from slicewise.schema_registry import SchemaRegistry
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_BOOTSTRAP = "127.0.0.1:19092"
 
 
@@ -219,7 +220,7 @@ def step_timeout(env: Mapping[str, str] | None = None) -> timedelta:
 
 
 def state_folder(env: Mapping[str, str]) -> Path:
-    return Path(env.get("SLICEWISE_STATE_DIR") or REPO_ROOT / ".state").expanduser()
+    return Path(env.get("SLICEWISE_STATE_DIR") or default_state_dir(env)).expanduser()
 
 
 def load_settings(env: Mapping[str, str] | None = None, pipeline: str | None = None) -> Settings:

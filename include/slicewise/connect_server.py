@@ -31,7 +31,14 @@ from pathlib import Path
 
 from slicewise.config import Settings, load_settings, state_folder
 from slicewise.connect_auth import server_token, uses_tls
-from slicewise.spark import classic_env, local_conf, object_store_secrets, spark_conf
+from slicewise.spark import (
+    classic_env,
+    local_conf,
+    object_store_secrets,
+    spark_conf,
+    spark_packages,
+    static_conf,
+)
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -75,6 +82,32 @@ def server_command(
     for key, value in server_conf(port, master, bind).items():
         args += ["--conf", f"{key}={value}"]
     return [*args, "--class", SERVER_CLASS, "--name", "slicewise-connect", "spark-internal"]
+
+
+# What Ivy would pull beside our coordinates that we never load: hadoop-aws's 600 MB
+# AWS SDK bundle (the pom takes only the s3, transfer manager and sts modules).
+UNWANTED_PACKAGES = ("software.amazon.awssdk:bundle",)
+
+
+def documented_command(port: int = DEFAULT_PORT) -> str:
+    """A Spark Connect server started the way Spark documents it, with no slicewise code
+    on it: Spark's own `spark-submit` of `SparkConnectServer`, our jars as `--packages`
+    (resolved from Maven Central by Spark's Ivy), the settings every session needs
+    (Delta's extension and catalog, UTC; the client sets the session ones again per
+    session) and the pre-shared token, read from the environment where it starts."""
+    conf = {
+        **static_conf(),
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.connect.authenticate.token": '"$SLICEWISE_SPARK_TOKEN"',
+    }
+    lines = [
+        f"spark-submit --class {SERVER_CLASS} --name slicewise-connect",
+        f"--packages {','.join(spark_packages())}",
+        f"--exclude-packages {','.join(UNWANTED_PACKAGES)}",
+        *(f"--conf {k}={v}" for k, v in conf.items()),
+        "spark-internal",
+    ]
+    return " \\\n  ".join(lines)  # a shell line: the token expands where it starts
 
 
 def connect_connection(url: str, token: str | None) -> str:

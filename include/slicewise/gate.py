@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 import pandas as pd
 from pyspark.sql import SparkSession
@@ -174,7 +174,7 @@ def settled(previous: dict | None, outcome: dict) -> dict:
         return outcome
     same = previous.get("counts") == outcome["counts"]
     recheck = {
-        "recorded_at": datetime.now(UTC).isoformat(),
+        "recorded_at": datetime.now(timezone.utc).isoformat(),
         "counts": None if same else outcome["counts"],
     }
     return {**previous, "rechecks": [*previous.get("rechecks", []), recheck]}

@@ -147,7 +147,7 @@ def validate(
                 )
             )
             run_id = gx.RunIdentifier(
-                run_name=_key_safe(run_name), run_time=dt.datetime.now(dt.UTC)
+                run_name=_key_safe(run_name), run_time=dt.datetime.now(dt.timezone.utc)
             )
             outcome = checkpoint.run(batch_parameters={"dataframe": df}, run_id=run_id)
             ((key, result),) = outcome.run_results.items()
@@ -179,7 +179,7 @@ def _site_for(docs_dir: Path, run_name: str) -> Iterator[Path]:
         if _lock(handle, LOCK_WAIT_SECONDS):
             yield docs_dir  # unlocked when the handle closes, by a killed holder too
             return
-    stamp = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S%fZ}-{os.getpid()}"
+    stamp = f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S%fZ}-{os.getpid()}"
     apart = docs_dir.with_name(f"{docs_dir.name}.apart") / f"{_key_safe(run_name)}-{stamp}"
     log.warning(
         "%s stayed locked by another gate for %.0f s; the Data Docs of %s go to %s instead "

@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from slicewise.errors import OperationalError
@@ -78,7 +78,7 @@ def _boundary_to_json(b: Boundary) -> dict[str, Any]:
         "topic": b.topic,
         "at": b.at.isoformat(),
         "offsets": {str(p): o for p, o in sorted(b.offsets.items())},
-        "resolved_at": (b.resolved_at or datetime.now(UTC)).isoformat(),
+        "resolved_at": (b.resolved_at or datetime.now(timezone.utc)).isoformat(),
         "topic_id": b.topic_id,
         "epoch": b.epoch,
     }
@@ -211,7 +211,7 @@ class Ledger:
         return self.before(at), self.after(at)
 
     def newest_boundary(self) -> Boundary | None:
-        return self.before(datetime.max.replace(tzinfo=UTC))
+        return self.before(datetime.max.replace(tzinfo=timezone.utc))
 
     def _by_day(self) -> None:
         """Give a ledger an earlier version wrote flat (boundaries, and markers if any, in
@@ -245,7 +245,7 @@ class Ledger:
         """
         owner = uuid.uuid4().hex
         while True:
-            now = datetime.now(UTC)
+            now = datetime.now(timezone.utc)
             payload = {"owner": owner, "expires_at": (now + lease).isoformat()}
             if self.store.create(LEASE, _dump(payload)):
                 break
@@ -273,7 +273,7 @@ class Ledger:
 
     def start_epoch(self, epoch: int, info: dict[str, Any]) -> dict[str, Any]:
         """Record an accepted reset as `epoch`; the first planner to record it wins."""
-        payload = {"epoch": epoch, "accepted_at": datetime.now(UTC).isoformat(), **info}
+        payload = {"epoch": epoch, "accepted_at": datetime.now(timezone.utc).isoformat(), **info}
         self.store.create(f"epochs/{epoch:06d}.json", _dump(payload))
         return self._read(f"epochs/{epoch:06d}.json")
 
@@ -281,7 +281,7 @@ class Ledger:
     def mark_unverified(self, slice_id: str, info: dict[str, Any]) -> None:
         """Written before a slice's MERGE can commit: silver may hold rows no gate has
         proved. Publication never passes over a marked slice (write-audit-publish)."""
-        payload = {"marked_at": datetime.now(UTC).isoformat(), **info}
+        payload = {"marked_at": datetime.now(timezone.utc).isoformat(), **info}
         self.store.replace(f"unverified/{slice_id}.json", _dump(payload))
 
     def mark_verified(self, slice_id: str) -> None:
@@ -362,7 +362,7 @@ class Ledger:
 
     def record_step(self, slice_id: str, step: str, info: dict[str, Any]) -> None:
         """Latest outcome of a step, for `slicewise status`; Delta stays the source of truth."""
-        payload = {"step": step, "recorded_at": datetime.now(UTC).isoformat(), **info}
+        payload = {"step": step, "recorded_at": datetime.now(timezone.utc).isoformat(), **info}
         self.store.replace(f"slices/{slice_id}/{step}.json", _dump(payload))
 
     def step(self, slice_id: str, step: str) -> dict[str, Any] | None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta, timezone
 
 from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
@@ -115,7 +115,7 @@ def run_maintenance(
     pipeline = settings.pipeline
     policy = pipeline.maintenance
     check_retention(policy, settings.step_timeout, pipeline.name)
-    now = now or datetime.now(UTC)
+    now = now or datetime.now(timezone.utc)
     today, settled = now.date(), settled_before(now, pipeline.horizon_days)
     # VACUUM records what it deleted (files, bytes) in the table's history: on by default
     # on cloud stores, asked for here so that a local lakehouse reports the same.

@@ -117,6 +117,15 @@ def step_lineage(step: str, argv: list[str]) -> Any:
     return lineage(task_settings(args.pipeline), step, args.slice_id)
 
 
+def application(step: str) -> str:
+    """The spark-submit application of a step, `spark_jobs/<step>.py`, wherever the package
+    is installed: it ships them as `slicewise.spark_jobs`, so a DAG file copied into any
+    DAGs folder finds them."""
+    from slicewise import spark_jobs
+
+    return os.path.join(os.path.dirname(spark_jobs.__file__), f"{step}.py")
+
+
 class SliceSparkSubmitOperator(SparkSubmitOperator):
     """spark-submit of one slice step, with the connections' settings in its environment."""
 
@@ -137,9 +146,9 @@ class IntervalClosedSensor(DateTimeSensorAsync):
     """
 
     def execute(self, context: Any) -> None:
-        from datetime import UTC, datetime
+        from datetime import datetime, timezone
 
-        if datetime.now(UTC) >= self._moment:
+        if datetime.now(timezone.utc) >= self._moment:
             return
         super().execute(context)
 

@@ -25,9 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from slicewise.errors import ConfigError
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_FILE = REPO_ROOT / "pipelines.yaml"
+from slicewise.home import default_pipelines_file
 
 FieldType = Literal[
     "string", "integer", "number", "boolean", "timestamp", "date", "object", "array"
@@ -184,6 +182,19 @@ class Maintenance(_Strict):
         return as_span(value, info.field_name)
 
 
+class AirflowConventions(_Strict):
+    """How the pipeline's DAGs sit in the Airflow they run in; today's values by default."""
+
+    owner: str = "data-platform"
+    retries: int = Field(default=3, ge=0)  # the gate retries once at most: its verdict is data
+    max_active_runs: int = Field(default=4, ge=1)
+    # The Spark steps take a slot of this pool, so many pipelines (and backfills) cannot
+    # overrun one Spark Connect server; create it (`airflow pools set`) before naming it.
+    pool: str = Field(default="default_pool", min_length=1)
+    spark_connect_conn_id: str = Field(default="spark_connect_default", min_length=1)
+    spark_conn_id: str = Field(default="spark_default", min_length=1)  # spark-submit mode
+
+
 class RegistrySubject(_Strict):
     """Where an Avro pipeline's schemas are: a subject of the schema registry at
     SLICEWISE_SCHEMA_REGISTRY_URL. Records may be written with any of its versions;
@@ -214,6 +225,7 @@ class Pipeline(_Strict):
     # Cron or a duration (`as_cron`); None: SLICEWISE_SCHEDULE, else hourly.
     schedule: str | None = None
     maintenance: Maintenance = Maintenance()
+    airflow: AirflowConventions = AirflowConventions()
     # The Kafka consumer group a publication moves (slicewise.acknowledge): true for
     # slicewise.<name>, a group id, or false to leave every group alone.
     consumer_group: bool | str = True
@@ -388,7 +400,7 @@ class PipelinesFile(_Strict):
 def definitions_file(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     raw = env.get("SLICEWISE_PIPELINES_FILE", "").strip()
-    return Path(raw).expanduser() if raw else DEFAULT_FILE
+    return Path(raw).expanduser() if raw else default_pipelines_file(env)
 
 
 def load_pipelines(path: Path | str | None = None) -> dict[str, Pipeline]:

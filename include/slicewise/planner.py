@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from slicewise.config import Settings
 from slicewise.errors import OperationalError
@@ -62,7 +62,7 @@ def resolve_boundary(
         )
         for p in lso
     }
-    boundary = Boundary(ledger.topic, at, resolved, datetime.now(UTC), topic_id, epoch)
+    boundary = Boundary(ledger.topic, at, resolved, datetime.now(timezone.utc), topic_id, epoch)
     winner = ledger.put_boundary(boundary)
     log.info("boundary %s: %s (LSO %s)", at.isoformat(), dict(winner.offsets), dict(lso))
     return winner
@@ -202,7 +202,7 @@ def plan_slice(
     Reruns, cleared tasks and backfills get the stored slice back unchanged.
     """
     start, end = utc(start), utc(end)
-    now = utc(now) if now else datetime.now(UTC)
+    now = utc(now) if now else datetime.now(timezone.utc)
     ledger = Ledger(settings.ledger_dir, settings.topic)
     closes = end + timedelta(seconds=settings.grace_seconds)
     frozen = ledger.boundary(end) is not None  # a rerun of a frozen slice

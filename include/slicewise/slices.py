@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 from slicewise.errors import OperationalError
 
@@ -31,8 +31,10 @@ def utc(ts: datetime) -> datetime:
     """
     if ts.tzinfo is None:
         raise ValueError(f"{ts!r} has no time zone; slice times must be timezone-aware (UTC).")
-    t = ts.astimezone(UTC)
-    return datetime(t.year, t.month, t.day, t.hour, t.minute, t.second, t.microsecond, tzinfo=UTC)
+    t = ts.astimezone(timezone.utc)
+    return datetime(
+        t.year, t.month, t.day, t.hour, t.minute, t.second, t.microsecond, tzinfo=timezone.utc
+    )
 
 
 def stamp(ts: datetime) -> str:
@@ -41,7 +43,7 @@ def stamp(ts: datetime) -> str:
 
 
 def from_stamp(text: str) -> datetime:
-    return datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    return datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
 
 
 def slice_interval(slice_id: str) -> tuple[datetime, datetime]:

@@ -2,7 +2,9 @@
 
 Jobs, tests and `spark-submit` (through the Airflow operator) all take their
 jars and Delta settings from here, so the classpath never drifts apart. The jar
-coordinates themselves are pinned in `scripts/spark/pom.xml`.
+coordinates themselves are pinned in the package's `spark-jars.pom.xml`; a Spark
+Connect server of a team's own takes them as `--packages` (`spark_packages`,
+`slicewise spark-server`).
 """
 
 from __future__ import annotations
@@ -19,14 +21,34 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
+from xml.etree import ElementTree
 
-from slicewise.config import REPO_ROOT, ConfigError, Settings, load_settings, state_folder
+from slicewise.config import ConfigError, Settings, load_settings, state_folder
 from slicewise.connect_auth import TOKEN_ENV, authorized_url, configured_token, redacted
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-SPARK_POM = REPO_ROOT / "scripts" / "spark" / "pom.xml"
+SPARK_POM = Path(__file__).with_name("spark-jars.pom.xml")  # package data, not the checkout
+MAVEN = "{http://maven.apache.org/POM/4.0.0}"
+
+
+def spark_packages(pom: Path = SPARK_POM) -> list[str]:
+    """The pom's dependencies as Maven coordinates (`group:artifact:version`), what
+    Spark's own `--packages` (`spark.jars.packages`) resolves through Ivy: a server
+    started the way Spark documents it needs nothing else of ours."""
+    root = ElementTree.parse(pom).getroot()
+    properties = {el.tag.removeprefix(MAVEN): el.text for el in root.find(f"{MAVEN}properties")}
+
+    def value(dependency: ElementTree.Element, tag: str) -> str:
+        text = dependency.find(f"{MAVEN}{tag}").text.strip()
+        return re.sub(r"\$\{([^}]+)\}", lambda m: properties[m.group(1)], text)
+
+    return [
+        ":".join(value(d, t) for t in ("groupId", "artifactId", "version"))
+        for d in root.iter(f"{MAVEN}dependency")
+        if d.find(f"{MAVEN}version") is not None
+    ]
 
 
 def spark_jars(settings: Settings | None = None) -> list[Path]:

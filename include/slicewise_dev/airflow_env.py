@@ -26,8 +26,9 @@ from pathlib import Path
 
 import psutil
 
-from slicewise.config import REPO_ROOT, Settings, load_settings
+from slicewise.config import Settings, load_settings
 from slicewise.errors import ConfigError
+from slicewise.home import REPO_ROOT
 from slicewise.pipelines import definitions_file, load_pipelines
 from slicewise_dev.process import end_tree
 

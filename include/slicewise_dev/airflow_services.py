@@ -17,7 +17,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from sqlalchemy import create_engine, text
@@ -45,7 +45,7 @@ def _utc(value: datetime | str | None) -> datetime | None:
     if value is None:
         return None
     at = datetime.fromisoformat(value) if isinstance(value, str) else value
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    return at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,9 @@ from typing import Any
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from slicewise.config import REPO_ROOT, load_settings
+from slicewise.config import load_settings
 from slicewise.connect_server import port_open
+from slicewise.home import REPO_ROOT
 
 KAFKA_VERSION = "4.1.1"  # keep in step with kafka.version in scripts/kafka/pom.xml
 KAFKA_POM = REPO_ROOT / "scripts" / "kafka" / "pom.xml"

@@ -20,7 +20,7 @@ import shutil
 import sys
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from slicewise.config import Settings, load_settings
 from slicewise.connect_server import SparkConnectServer, embedded, warm_up
@@ -148,7 +148,7 @@ def main() -> int:
         f"broker up at {broker.bootstrap} in {time.monotonic() - t0:.1f}s (KRaft, transactions on)",
     )
 
-    end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    end = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
     start = end - timedelta(hours=INTERVALS)
     oracle = produce_stream(settings, start)
     say(

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
+REPO = Path(__file__).resolve().parents[2]
+DAGS = REPO / "dags"
 TWO_PIPELINES = Path(__file__).resolve().parents[2] / "docs" / "examples" / "two-pipelines.yaml"
 
 
@@ -129,6 +131,37 @@ def test_pipeline_order_and_params(two_pipelines_dagbag, dag_id):
     assert isinstance(dag.get_task("wait_for_interval_close"), DateTimeSensorAsync)
 
 
+@pytest.mark.parametrize("mode", ["connect", "submit"])
+def test_the_definition_sets_owner_retries_concurrency_pool_and_connections(
+    airflow_db, tmp_path, monkeypatch, mode
+):
+    """Airflow conventions come from the definition's `airflow:` (defaults: today's)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    conventions = (
+        "    airflow: {owner: team-orders, retries: 5, max_active_runs: 2, pool: slicewise_spark,\n"
+        "              spark_connect_conn_id: orders_spark, spark_conn_id: orders_submit}\n"
+    )
+    text = TWO_PIPELINES.read_text().replace(
+        "    topic: orders\n", "    topic: orders\n" + conventions
+    )
+    (tmp_path / "pipelines.yaml").write_text(text)
+    monkeypatch.setenv("SLICEWISE_PIPELINES_FILE", str(tmp_path / "pipelines.yaml"))
+    monkeypatch.setenv("SLICEWISE_SPARK_MODE", mode)
+    bag = DagBag(dag_folder=str(DAGS))
+    orders, events = bag.get_dag("slicewise_orders"), bag.get_dag("slicewise_events")
+    assert orders.max_active_runs == 2 and events.max_active_runs == 4
+    for step in ("ingest", "gate", "publish"):
+        mine, default = orders.get_task(step), events.get_task(step)
+        assert (mine.owner, mine.pool) == ("team-orders", "slicewise_spark")
+        assert (default.owner, default.pool) == ("data-platform", "default_pool")
+        assert mine.retries == (1 if step == "gate" else 5)
+        conn = mine.conn_id if mode == "connect" else mine._conn_id
+        assert conn == ("orders_spark" if mode == "connect" else "orders_submit")
+    maintain = bag.get_dag("slicewise_orders_maintenance").get_task("maintain")
+    assert (maintain.owner, maintain.pool) == ("team-orders", "slicewise_spark")
+
+
 def test_the_submit_mode_is_chosen_by_configuration(airflow_db, monkeypatch):
     from airflow.dag_processing.dagbag import DagBag
 
@@ -140,6 +173,7 @@ def test_the_submit_mode_is_chosen_by_configuration(airflow_db, monkeypatch):
         task = dag.get_task(step)
         assert isinstance(task, SliceSparkSubmitOperator) and task._conn_id == "spark_default"
         assert task.application.endswith(f"spark_jobs/{step}.py")
+        assert os.path.samefile(task.application, REPO / "spark_jobs" / f"{step}.py")
 
     monkeypatch.setenv("SLICEWISE_SPARK_MODE", "yarn")
     bag = DagBag(dag_folder=str(DAGS))
@@ -178,13 +212,13 @@ except AssertionError:
 
 
 def test_the_interval_sensor_defers_only_while_the_interval_is_open():
-    from datetime import UTC, datetime, timedelta
+    from datetime import datetime, timedelta
 
     from airflow.sdk.exceptions import TaskDeferred
 
     from slicewise.operators import IntervalClosedSensor
 
-    now = datetime.now(UTC)
+    now = datetime.now(timezone.utc)
     closed = IntervalClosedSensor(task_id="closed", target_time=now - timedelta(minutes=1))
     assert closed.execute({}) is None  # a backfill: no round trip through the triggerer
     open_ = IntervalClosedSensor(task_id="open", target_time=now + timedelta(hours=1))

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from collections import Counter
 from dataclasses import asdict, dataclass, fields
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 RECORD = Path(__file__).resolve().parents[2] / "chaos" / "chaos_runs.jsonl"
@@ -109,7 +109,7 @@ def append(
 ) -> None:
     """One run as one line; appending keeps earlier runs even if this session is cut off."""
     line = {
-        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "commit": commit(),
         "store": store,  # where the lakehouse and the ledger were: local disk, or s3
         "seed": seed,

@@ -22,7 +22,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -141,7 +141,7 @@ def run_ids(services: AirflowServices) -> dict[datetime, str]:
         rows = conn.execute(
             text("SELECT logical_date, run_id FROM dag_run WHERE dag_id = :dag"), {"dag": DAG_ID}
         ).all()
-    return {datetime.fromisoformat(str(at)).replace(tzinfo=UTC): rid for at, rid in rows}
+    return {datetime.fromisoformat(str(at)).replace(tzinfo=timezone.utc): rid for at, rid in rows}
 
 
 def tries(services: AirflowServices, run_id: str) -> dict[str, int]:
@@ -174,7 +174,7 @@ def test_backfills_and_a_clear_from_the_ui_run_each_slice_once(
     spark, pipeline, postgres_url, tmp_path, browser_page
 ):
     settings, producer = pipeline
-    h0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - 4 * HOUR
+    h0 = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - 4 * HOUR
     hours = [h0, h0 + HOUR, h0 + 2 * HOUR]
     for n, start in enumerate(hours):
         produce_hour(producer, start, prefix=f"h{n}-")

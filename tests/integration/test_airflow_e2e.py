@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -98,7 +98,9 @@ def end_to_end(spark, settings, producer, run_dag, events_of) -> None:
     `run_dag(logical_date)` runs the DAG and returns each task's state; `events_of(slice_id)`
     lists the extras of the silver Asset events Airflow stored for that slice.
     """
-    start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    start = (datetime.now(timezone.utc) - timedelta(hours=3)).replace(
+        minute=0, second=0, microsecond=0
+    )
     produce_hour(producer, start)
     ledger = Ledger(settings.ledger_dir, settings.topic)
 
@@ -164,7 +166,9 @@ def test_a_failure_in_every_task_then_its_retry_ends_exactly_right(spark, dag_en
     from slicewise.faults import POINTS
 
     settings, producer, dag = dag_env
-    start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    start = (datetime.now(timezone.utc) - timedelta(hours=3)).replace(
+        minute=0, second=0, microsecond=0
+    )
     produce_hour(producer, start)
     monkeypatch.setenv("SLICEWISE_FAULTS", ",".join(POINTS))
     for task in dag.tasks:  # production backs off for minutes; the test retries at once
@@ -207,7 +211,9 @@ def test_the_spark_submit_mode_runs_the_dag_end_to_end(spark, pipeline, airflow_
 
     settings, producer, dag = load_dag(pipeline, monkeypatch, "submit")
     assert isinstance(dag.get_task("ingest"), SliceSparkSubmitOperator)
-    start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    start = (datetime.now(timezone.utc) - timedelta(hours=3)).replace(
+        minute=0, second=0, microsecond=0
+    )
     produce_hour(producer, start)
     run = dag.test(logical_date=start + timedelta(hours=1))
     assert set(states(run).values()) == {"success"}, states(run)
@@ -231,7 +237,9 @@ def test_a_server_down_or_a_wrong_token_fails_the_step_fast_and_its_retry_then_s
     from slicewise_dev.broker import free_ports
 
     settings, producer, _ = load_dag(pipeline, monkeypatch, "connect")
-    start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    start = (datetime.now(timezone.utc) - timedelta(hours=3)).replace(
+        minute=0, second=0, microsecond=0
+    )
     produce_hour(producer, start)
     sl = plan_slice(settings, start, start + timedelta(hours=1))
     bronze = SliceSparkConnectOperator(
@@ -281,7 +289,9 @@ def test_openlineage_events_of_a_run_name_every_table_once_with_the_ledgers_coun
     configures it: `airflow dags test` in a process of its own, so that the provider's
     listener starts with the transport set."""
     settings, producer = pipeline
-    start = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    start = (datetime.now(timezone.utc) - timedelta(hours=3)).replace(
+        minute=0, second=0, microsecond=0
+    )
     produce_hour(producer, start)
     events = tmp_path / "lineage.jsonl"
     env = airflow_env(settings, spark_master="local[2]")

@@ -4,7 +4,7 @@ columns, with the wire format's faults quarantined by name."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from pyspark.sql import functions as F
@@ -15,9 +15,9 @@ from slicewise_dev.producer import Record, avro_value
 
 pytestmark = pytest.mark.integration
 
-T0 = (datetime.now(UTC) - timedelta(days=1)).replace(minute=0, second=0, microsecond=0)
+T0 = (datetime.now(timezone.utc) - timedelta(days=1)).replace(minute=0, second=0, microsecond=0)
 HOUR = timedelta(hours=1)
-LATER = datetime.now(UTC) + timedelta(days=1)
+LATER = datetime.now(timezone.utc) + timedelta(days=1)
 
 V1 = {
     "type": "record",
@@ -113,7 +113,7 @@ def test_avro_records_of_two_schema_versions_land_in_silver_and_faults_in_quaran
     assert sorted(rows) == sorted([f"e{i}" for i in range(6)] + [f"f{i}" for i in range(4)])
     assert rows["e0"].channel is None  # the first copy (partition 0) survives
     assert rows["f1"].channel == "web" and rows["e3"].channel is None
-    assert {r.occurred_at.astimezone(UTC) for r in rows.values()} == {at}
+    assert {r.occurred_at.astimezone(timezone.utc) for r in rows.values()} == {at}
     assert {r.event_type for r in rows.values()} == {"click"}
 
     quarantine = spark.read.format("delta").load(settings.table("quarantine"))

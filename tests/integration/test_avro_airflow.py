@@ -8,14 +8,14 @@ records."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import yaml
 from pyspark.sql import functions as F
 
 from slicewise.config import load_settings
-from slicewise.pipelines import REPO_ROOT
+from slicewise.home import REPO_ROOT
 from slicewise_dev.airflow_env import airflow_env
 from slicewise_dev.airflow_services import AirflowServices
 from slicewise_dev.source import Faults, produce
@@ -44,7 +44,7 @@ def test_an_avro_stream_that_changes_schema_mid_stream_ends_in_silver_exactly_on
     settings = load_settings(env)
     assert settings.pipeline.format == "avro"
 
-    end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    end = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
     start = end - timedelta(hours=2)
     oracle = produce(settings, start, 2, 200, FAULTS, seed=11, batch=25, shape="avro-events")
     versions = schema_registry.request("GET", f"/subjects/{settings.schema_subject}/versions")

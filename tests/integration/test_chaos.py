@@ -31,7 +31,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -39,10 +39,11 @@ import yaml
 from chaos_log import SCENARIOS, Row, append, render
 from pyspark.sql import functions as F
 
-from slicewise.config import REPO_ROOT, Settings, load_settings
+from slicewise.config import Settings, load_settings
 from slicewise.connect_auth import TOKEN_ENV
 from slicewise.connect_server import SparkConnectServer
 from slicewise.faults import POINTS
+from slicewise.home import REPO_ROOT
 from slicewise.ledger import Ledger
 from slicewise.tables import table_exists
 from slicewise_dev.airflow_env import VENV_BIN, airflow_env
@@ -523,7 +524,7 @@ def strike_run(
     if scenario == FAILED_GATE:
         ago, hours = timedelta(hours=4), 2
     settings = load_settings({**os.environ, **env})
-    start = (datetime.now(UTC) - ago).replace(minute=0, second=0, microsecond=0)
+    start = (datetime.now(timezone.utc) - ago).replace(minute=0, second=0, microsecond=0)
     manifest = produce(
         settings, start, intervals=hours, events=300 * hours, faults=FAULTS, seed=seed
     )

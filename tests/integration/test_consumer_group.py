@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from confluent_kafka import Producer
@@ -23,8 +23,9 @@ from confluent_kafka.admin import (
 
 from slicewise import cli
 from slicewise.acknowledge import acknowledge
-from slicewise.config import REPO_ROOT, load_settings
+from slicewise.config import load_settings
 from slicewise.gate import run_gate
+from slicewise.home import REPO_ROOT
 from slicewise.ingest import run_ingest
 from slicewise.ledger import Ledger
 from slicewise.planner import plan_slice
@@ -34,9 +35,11 @@ from slicewise_dev.producer import Record, TxProducer, event_value
 
 pytestmark = pytest.mark.integration
 
-T0 = (datetime.now(UTC) - timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+T0 = (datetime.now(timezone.utc) - timedelta(days=1)).replace(
+    hour=0, minute=0, second=0, microsecond=0
+)
 HOUR = timedelta(hours=1)
-LATER = datetime.now(UTC) + timedelta(days=365)
+LATER = datetime.now(timezone.utc) + timedelta(days=365)
 TOOL = REPO_ROOT / "scripts" / "kafka-consumer-groups.sh"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -32,9 +32,11 @@ pytestmark = pytest.mark.integration
 
 # Recent timestamps: Kafka's time-based retention (7 days by default) would
 # otherwise delete the test records as soon as the broker looks at them.
-T0 = (datetime.now(UTC) - timedelta(days=2)).replace(hour=0, minute=0, second=0, microsecond=0)
+T0 = (datetime.now(timezone.utc) - timedelta(days=2)).replace(
+    hour=0, minute=0, second=0, microsecond=0
+)
 HOUR = timedelta(hours=1)
-LATER = datetime.now(UTC) + timedelta(
+LATER = datetime.now(timezone.utc) + timedelta(
     days=365
 )  # "now" for planning: every test interval has closed
 

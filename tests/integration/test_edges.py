@@ -10,7 +10,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
@@ -30,8 +30,10 @@ from slicewise_dev.producer import Record, TxProducer, event_value
 
 pytestmark = pytest.mark.integration
 
-T0 = (datetime.now(UTC) - timedelta(days=2)).replace(hour=0, minute=0, second=0, microsecond=0)
-LATER = datetime.now(UTC) + timedelta(days=365)  # every test interval has closed
+T0 = (datetime.now(timezone.utc) - timedelta(days=2)).replace(
+    hour=0, minute=0, second=0, microsecond=0
+)
+LATER = datetime.now(timezone.utc) + timedelta(days=365)  # every test interval has closed
 
 PIPELINE = """
 pipelines:

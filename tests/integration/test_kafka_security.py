@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -51,7 +51,9 @@ def test_credentials_from_an_airflow_connection_reach_the_planner_and_spark(
     assert settings.bootstrap_servers == sasl_broker  # the only listener this test uses
     client = {"bootstrap.servers": sasl_broker, **settings.kafka_props}
 
-    start = (datetime.now(UTC) - timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
+    start = (datetime.now(timezone.utc) - timedelta(hours=2)).replace(
+        minute=0, second=0, microsecond=0
+    )
     # The broker really checks: with a wrong password the planner stops, saying what to check.
     wrong = load_settings({**os.environ, **kafka_connection_env(), PASSWORD: "guess"})
     with pytest.raises(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -26,8 +26,8 @@ from slicewise_dev.producer import Record, event_value
 pytestmark = pytest.mark.integration
 
 HOUR = timedelta(hours=1)
-T0 = (datetime.now(UTC) - timedelta(days=1)).replace(minute=0, second=0, microsecond=0)
-LATER = datetime.now(UTC) + timedelta(days=1)
+T0 = (datetime.now(timezone.utc) - timedelta(days=1)).replace(minute=0, second=0, microsecond=0)
+LATER = datetime.now(timezone.utc) + timedelta(days=1)
 
 
 def write_history(settings: Settings, slices: int) -> None:

@@ -4,7 +4,7 @@ and VACUUM freeing the rewritten files."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -13,8 +13,8 @@ from pyspark.sql import functions as F
 
 from slicewise import maintenance as maintenance_module
 from slicewise.bronze import BronzeDropped
-from slicewise.config import REPO_ROOT
 from slicewise.gate import run_gate
+from slicewise.home import REPO_ROOT
 from slicewise.ingest import run_ingest
 from slicewise.ledger import BRONZE_DROPPED, Ledger
 from slicewise.maintenance import run_maintenance
@@ -26,10 +26,10 @@ pytestmark = pytest.mark.integration
 
 # Four days back: every date is settled for a horizon of one day, and Kafka (7 days of
 # time-based retention) still holds the records.
-NOW = datetime.now(UTC)
+NOW = datetime.now(timezone.utc)
 T0 = (NOW - timedelta(days=4)).replace(hour=0, minute=0, second=0, microsecond=0)
 HOUR = timedelta(hours=1)
-LATER = datetime.now(UTC) + timedelta(days=365)
+LATER = datetime.now(timezone.utc) + timedelta(days=365)
 RETAIN = 20  # seconds: VACUUM's retention and the step timeout of this test
 
 
@@ -174,7 +174,7 @@ def test_maintenance_compacts_purges_retains_and_vacuums(
     assert sum(on_disk_before[p] for p in gone) == silver_upkeep.bytes_vacuumed
     silver = spark.read.format("delta").load(settings.table("silver"))
     rows = {r.event_id: r for r in silver.collect()}
-    assert len(rows) == 96 and rows["h0-0"].occurred_at.replace(tzinfo=UTC) == later
+    assert len(rows) == 96 and rows["h0-0"].occurred_at.replace(tzinfo=timezone.utc) == later
     details = spark.sql(f"DESCRIBE DETAIL delta.`{settings.table('silver')}`").first()
     assert details["properties"]["delta.deletedFileRetentionDuration"] == (
         f"interval {RETAIN} seconds"

@@ -7,7 +7,7 @@ import json
 import os
 import random
 from concurrent.futures import ProcessPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from multiprocessing import get_context
 
 import pytest
@@ -21,9 +21,11 @@ from slicewise_dev.producer import Record, event_value
 
 pytestmark = pytest.mark.integration
 
-T0 = (datetime.now(UTC) - timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+T0 = (datetime.now(timezone.utc) - timedelta(days=1)).replace(
+    hour=0, minute=0, second=0, microsecond=0
+)
 HOUR = timedelta(hours=1)
-LATER = datetime.now(UTC) + timedelta(days=365)
+LATER = datetime.now(timezone.utc) + timedelta(days=365)
 
 
 def plan_in_order(env: dict[str, str], t0: datetime, hours: list[int]) -> dict[int, dict]:
@@ -41,8 +43,8 @@ def test_the_first_boundary_written_wins_on_the_object_store(pipeline_factory, s
     settings, _ = pipeline_factory(SLICEWISE_LAKEHOUSE=s3_lakehouse)
     ledger = Ledger(settings.ledger_dir, settings.topic)
     assert isinstance(ledger.store, ObjectStore)
-    first = ledger.put_boundary(Boundary(settings.topic, T0, {0: 5}, datetime.now(UTC)))
-    second = ledger.put_boundary(Boundary(settings.topic, T0, {0: 9}, datetime.now(UTC)))
+    first = ledger.put_boundary(Boundary(settings.topic, T0, {0: 5}, datetime.now(timezone.utc)))
+    second = ledger.put_boundary(Boundary(settings.topic, T0, {0: 9}, datetime.now(timezone.utc)))
     assert second == first and ledger.boundary(T0).offsets == {0: 5}
     assert ledger.boundaries() == [first]
 
@@ -117,5 +119,5 @@ def test_the_ledgers_credentials_can_come_from_an_airflow_connection(
     task = task_settings()
     assert os.environ["AWS_SECRET_ACCESS_KEY"] == local_s3.secret_key
     ledger = Ledger(task.ledger_dir, task.topic)
-    stored = ledger.put_boundary(Boundary(task.topic, T0, {0: 1}, datetime.now(UTC)))
+    stored = ledger.put_boundary(Boundary(task.topic, T0, {0: 1}, datetime.now(timezone.utc)))
     assert ledger.boundaries() == [stored]

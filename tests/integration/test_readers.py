@@ -5,14 +5,14 @@ after the feature is dropped, that path reads it too. Each key once in every cas
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, QueryBuilder
 
-from slicewise.config import REPO_ROOT
 from slicewise.gate import run_gate
+from slicewise.home import REPO_ROOT
 from slicewise.ingest import run_ingest
 from slicewise.ledger import Ledger
 from slicewise.planner import plan_slice
@@ -22,9 +22,11 @@ from slicewise_dev.producer import Record, event_value
 
 pytestmark = pytest.mark.integration
 
-T0 = (datetime.now(UTC) - timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+T0 = (datetime.now(timezone.utc) - timedelta(days=1)).replace(
+    hour=0, minute=0, second=0, microsecond=0
+)
 HOUR = timedelta(hours=1)
-LATER = datetime.now(UTC) + timedelta(days=365)
+LATER = datetime.now(timezone.utc) + timedelta(days=365)
 
 
 def at(hours: float) -> datetime:

@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from pyspark.sql import functions as F
@@ -86,7 +86,9 @@ def test_backfills_on_a_spark_cluster_with_airflow_on_postgres_and_tables_on_s3_
 ):
     settings, producer = on_s3
     assert settings.lakehouse.startswith("s3a://") and settings.ledger_dir.startswith("s3a://")
-    start = (datetime.now(UTC) - timedelta(hours=4)).replace(minute=0, second=0, microsecond=0)
+    start = (datetime.now(timezone.utc) - timedelta(hours=4)).replace(
+        minute=0, second=0, microsecond=0
+    )
     hour_2 = start + timedelta(hours=1)
     produce_hour(producer, start)
     produce_hour(producer, hour_2, prefix="f")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -19,7 +19,9 @@ pytestmark = pytest.mark.integration
 
 def test_silver_and_quarantine_equal_the_oracle_of_a_faulty_stream(spark, pipeline, tmp_path):
     settings, _ = pipeline
-    start = (datetime.now(UTC) - timedelta(hours=5)).replace(minute=0, second=0, microsecond=0)
+    start = (datetime.now(timezone.utc) - timedelta(hours=5)).replace(
+        minute=0, second=0, microsecond=0
+    )
     oracle = tmp_path / "oracle.json"
     env = {
         **os.environ,

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 from pyspark.sql import DataFrame, SparkSession
 
 from slicewise.schemas import BRONZE
 
-TS = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+TS = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
 
 
 def bronze_rows(

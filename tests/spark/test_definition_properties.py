@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from builders import bronze_rows
@@ -86,7 +86,9 @@ def value_for(spec, draw):
     if kind == "array":
         return [draw(st.integers(0, 9))]
     # Within the default event-time bound (ten years) of the records' Kafka timestamp.
-    at = draw(st.datetimes(datetime(2017, 1, 1), datetime(2036, 6, 30), timezones=st.just(UTC)))
+    at = draw(
+        st.datetimes(datetime(2017, 1, 1), datetime(2036, 6, 30), timezones=st.just(timezone.utc))
+    )
     if spec.format == "epoch_millis":
         return int(at.timestamp() * 1000)
     return at.isoformat(timespec="seconds")

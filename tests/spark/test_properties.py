@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 from builders import bronze_rows
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +22,7 @@ from slicewise.pipelines import load_pipelines
 from slicewise.transforms import dedup_within, quarantined, valid_events
 
 MAX_VALUE_BYTES = 512
-TS = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+TS = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
 EVENTS = load_pipelines()["events"]  # the example definition: the demo's contract
 BATCHES = settings(
     max_examples=25,
@@ -48,7 +48,7 @@ json_values = st.recursive(
 non_blank = st.text(min_size=1, max_size=16).filter(lambda s: not WHITESPACE.fullmatch(s))
 # Within the default event-time bound (ten years) of the records' Kafka timestamp, TS.
 instants = st.datetimes(
-    min_value=datetime(2017, 1, 1), max_value=datetime(2036, 6, 30), timezones=st.just(UTC)
+    min_value=datetime(2017, 1, 1), max_value=datetime(2036, 6, 30), timezones=st.just(timezone.utc)
 )
 valid_docs = st.fixed_dictionaries(
     {

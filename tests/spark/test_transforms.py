@@ -1,7 +1,7 @@
 """Bronze -> silver/quarantine transforms, asserted as whole DataFrames."""
 
 import json
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,7 @@ from slicewise.transforms import (
     window_hours,
 )
 
-TS = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+TS = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
 REPO = Path(__file__).resolve().parents[2]
 EVENTS = load_pipelines()["events"]  # the example definition: the demo's contract
 
@@ -91,7 +91,7 @@ def test_valid_event_parses_to_silver_columns(spark):
             (
                 "e-1",
                 "click",
-                datetime(2026, 11, 1, 21, 30, 0, 250000, tzinfo=UTC),
+                datetime(2026, 11, 1, 21, 30, 0, 250000, tzinfo=timezone.utc),
                 '{"n":1}',
                 date(2026, 11, 1),
                 1,
@@ -275,13 +275,13 @@ def test_a_nested_composite_key_and_epoch_time_parse_to_silver_columns(spark):
             r.order_id,
             r.amount,
             r.status,
-            r.created_at.astimezone(UTC),
+            r.created_at.astimezone(timezone.utc),
             r.coupon,
             r.event_date,
         )
         for r in got.collect()
     }
-    at = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
+    at = datetime(2026, 11, 1, 8, 0, tzinfo=timezone.utc)
     assert rows == {
         "t1": ("o-1", 12.5, "paid", at, None, date(2026, 11, 1)),
         "t2": ("o-1", 12.5, "paid", at, "WELCOME", date(2026, 11, 1)),
@@ -374,7 +374,7 @@ def test_an_event_at_epoch_0_produced_now_is_out_of_bounds(spark):
 
 def test_a_backfill_of_years_old_events_is_within_the_default_bound(spark):
     assert EVENTS.event_time_bound_days == 3653
-    produced = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+    produced = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
     old = "2017-11-03T12:00:00Z"  # 9 years (3286 days) before it was produced
     values = [(0, 1, event("e-1", occurred_at=old))]
     parsed = parse_events(bronze_rows(spark, values, at=produced), EVENTS, 1024)

@@ -12,8 +12,9 @@ import os
 import pytest
 
 from slicewise.config import ConfigError, load_settings
+from slicewise.home import REPO_ROOT
 from slicewise.operators import task_settings
-from slicewise.pipelines import REPO_ROOT, load_pipelines
+from slicewise.pipelines import load_pipelines
 from slicewise_dev import airflow_env
 
 TWO = REPO_ROOT / "docs" / "examples" / "two-pipelines.yaml"

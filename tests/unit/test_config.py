@@ -1,11 +1,11 @@
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 import pytest
 
 from slicewise.config import LOCAL_BOOTSTRAP, ConfigError, load_settings, schedule
 from slicewise.pipelines import PipelineDefinitionError, as_cron, load_pipelines
 
-T0 = datetime(2026, 11, 22, 3, tzinfo=UTC)
+T0 = datetime(2026, 11, 22, 3, tzinfo=timezone.utc)
 
 
 def test_defaults_need_no_configuration(tmp_path):

@@ -3,7 +3,7 @@ The property-based tests over generated definitions are in tests/spark/."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ from slicewise.pipelines import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-TS = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+TS = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
 
 
 def test_the_shipped_definitions_load():

@@ -22,16 +22,16 @@ def test_a_server_that_exits_while_starting_fails_with_the_end_of_its_log(tmp_pa
 
 def test_a_server_that_never_answers_is_stopped_with_what_it_started(tmp_path: Path) -> None:
     # The shell starts a grandchild in a session of its own: stopping must end it too.
-    script = f"{sys.executable} -c 'import os, time; os.setsid(); time.sleep(600)' & sleep 600"
+    # Its argument marks it as this test's own: other runs of the suite may be alive.
+    mark = str(tmp_path)
+    script = (
+        f"{sys.executable} -c 'import os, time; os.setsid(); time.sleep(600)' {mark} & sleep 600"
+    )
     child = Child(["sh", "-c", script], tmp_path / "server.log")
     with pytest.raises(StartFailed, match="did not answer in 1s"):
         wait_until(lambda: len(psutil.Process(child.pid).children()) == 99, [child], "x", 1)
     assert child.exited()
-    sleepers = [
-        p
-        for p in psutil.process_iter(["cmdline"])
-        if "time.sleep(600)" in " ".join(p.info["cmdline"] or [])
-    ]
+    sleepers = [p for p in psutil.process_iter(["cmdline"]) if mark in (p.info["cmdline"] or [])]
     assert not sleepers
 
 

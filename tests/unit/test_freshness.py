@@ -1,11 +1,11 @@
 """Freshness for `slicewise status`: pure functions, no Kafka."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from slicewise.freshness import Published, freshness
 from slicewise.slices import Boundary
 
-T0 = datetime(2026, 11, 25, 10, tzinfo=UTC)
+T0 = datetime(2026, 11, 25, 10, tzinfo=timezone.utc)
 
 
 def test_lag_is_measured_from_the_newest_boundary_and_age_from_the_newest_published_slice():

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from slicewise.holds import Hold, overdue, track
 
-T = datetime(2026, 11, 25, 10, tzinfo=UTC)
+T = datetime(2026, 11, 25, 10, tzinfo=timezone.utc)
 
 
 def test_a_partition_is_held_where_its_lso_is_behind_the_high_watermark():

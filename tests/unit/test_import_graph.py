@@ -19,7 +19,7 @@ DEV_STACK = INCLUDE / "slicewise_dev"
 
 # Bottom to top. A new module must be placed here: the test names it until it is.
 LAYERS: list[set[str]] = [
-    {"slicewise", "errors"},  # the bases of the errors a person acts on
+    {"slicewise", "errors", "home"},  # the bases: the errors a person acts on, where files live
     {"slices", "holds", "tables", "gx_adapter", "kafka", "connect_auth", "avro"},
     {"schema_registry"},
     {"freshness"},

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from slicewise.ledger import BY_DAY, Ledger, newest_first, slice_to_json
 from slicewise.slices import Boundary, slice_between, stamp
 
-T0 = datetime(2026, 11, 20, tzinfo=UTC)
+T0 = datetime(2026, 11, 20, tzinfo=timezone.utc)
 HOUR = timedelta(hours=1)
 
 

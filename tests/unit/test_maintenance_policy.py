@@ -3,7 +3,7 @@ settled event dates and the retention properties stated on the tables."""
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
@@ -78,7 +78,7 @@ def test_the_step_timeout_is_a_duration(given, span, tmp_path):
 
 
 def test_silver_dates_settle_a_day_past_the_horizon():
-    now = datetime(2026, 11, 27, 0, 30, tzinfo=UTC)
+    now = datetime(2026, 11, 27, 0, 30, tzinfo=timezone.utc)
     assert settled_before(now, 7) == date(2026, 11, 19)
     assert settled_before(now, 0) == date(2026, 11, 26)
 

@@ -32,9 +32,31 @@ def test_a_command_the_readme_shows_runs_as_shown(line):
         targets = re.findall(r"^([a-z][a-z-]*):", (ROOT / "Makefile").read_text(), re.M)
         assert set(argv[1:]) <= set(targets), f"{line!r}: no such make target"
         return
+    if argv[0] in ("pip", "python"):
+        assert_installs_our_wheel(argv)
+        return
     program = Path(argv[0]).name
     assert argv[0] == f".venv/bin/{program}" and program in PARSERS, line
     PARSERS[program]().parse_args(argv[1:])  # argparse exits (fails the test) on a mistake
+
+
+def assert_installs_our_wheel(argv: list[str]) -> None:
+    """`python -m pip wheel ...` builds it; `pip install "slicewise[extras] @ .../<wheel>"`
+    names extras the package declares and the wheel of its version."""
+    if argv[0] == "python":
+        assert argv[1:4] == ["-m", "pip", "wheel"], argv
+        return
+    assert argv[1] == "install", argv
+    project = (ROOT / "pyproject.toml").read_text()
+    version = re.search(r'^version = "([^"]+)"', project, re.M).group(1)
+    extras = set(
+        re.findall(r"^([a-z]+) = \[", project.split("[project.optional-dependencies]")[1], re.M)
+    )
+    name, wheel = re.fullmatch(
+        r"(slicewise(?:\[[a-z,]+\])?) @ file://\$PWD/dist/(.+)", argv[2]
+    ).groups()
+    assert set(re.findall(r"[a-z]+", name.removeprefix("slicewise"))) <= extras, argv
+    assert wheel == f"slicewise-{version}-py3-none-any.whl", argv
 
 
 def test_the_readme_is_a_guide_not_a_log():

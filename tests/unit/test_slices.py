@@ -1,6 +1,6 @@
 """Pure slice-model functions: no Kafka, no Spark."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -15,7 +15,7 @@ from slicewise.slices import (
     slice_between,
 )
 
-T0 = datetime(2026, 11, 1, tzinfo=UTC)
+T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
 
 def b(hours: int, **offsets: int) -> Boundary:
@@ -81,7 +81,9 @@ def test_pendulum_times_from_airflow_are_normalised():
     from slicewise.slices import utc
 
     got = utc(pendulum.datetime(2026, 11, 1, 3, tz="Europe/Paris")) + timedelta(seconds=30)
-    assert got == datetime(2026, 11, 1, 2, 0, 30, tzinfo=UTC) and got.tzinfo is UTC
+    assert (
+        got == datetime(2026, 11, 1, 2, 0, 30, tzinfo=timezone.utc) and got.tzinfo is timezone.utc
+    )
 
 
 def test_loss_before_planning_needs_deleted_offsets_and_a_retained_record_after_the_start():
