@@ -27,7 +27,7 @@ LAYERS: list[set[str]] = [
     {"config", "schemas"},  # schemas: every table's, in one place
     {"store", "contract"},
     {"faults", "spark", "kafka.offsets", "kafka.consumer_group", "ledger", "transforms"},
-    {"windows"},  # a slice's window of silver: what silver merged, the gate and publish read
+    {"windows"},  # a slice's reach in silver: what silver merged, the gate and publish read
     {"planner"},  # the data path, in its order
     {"bronze"},
     {"silver"},
