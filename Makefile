@@ -18,12 +18,8 @@ demo: bootstrap ## run the main job end to end on the embedded default (local br
 test: bootstrap ## run lint and every test (starts the real broker, Spark, Delta, Airflow, PostgreSQL and Chromium itself)
 	@bash scripts/test_packages.sh
 	@$(VENV)/ruff check .
-	@# The other Pythons' venvs install beside the main suite (mostly disk and network);
-	@# their unit tiers run after it (beside it, they slowed it by more than they took).
-	@log=$$(mktemp); nice -n 19 bash scripts/test_pythons.sh install >$$log 2>&1 & pid=$$!; \
-	  $(VENV)/python -m pytest; main=$$?; \
-	  wait $$pid; installed=$$?; cat $$log; rm -f $$log; \
-	  (( main == 0 && installed == 0 )) && bash scripts/test_pythons.sh run
+	@$(VENV)/python -m pytest
+	@bash scripts/test_pythons.sh
 
 test-pythons: bootstrap ## the unit tier on Python 3.10, 3.12 and 3.13 (venvs from the declared ranges)
 	@bash scripts/test_pythons.sh
