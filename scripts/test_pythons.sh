@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The unit tier on every other Python the package supports (3.10, 3.12, 3.13; the main
 # suite runs on 3.11, the lock's). Each gets a venv of its own (.venv-py3.X) with the
-# package and the dev stack installed from their declared ranges, not the 3.11 lock:
-# what a user on that Python resolves. Interpreters from pyenv (PYENV_ROOT).
+# package (an Airflow worker's install: the thin Spark client, no JVM) and the dev stack
+# installed from their declared ranges, not the 3.11 lock: what a user on that Python
+# resolves. Interpreters from pyenv (PYENV_ROOT).
 # The venvs are installed one after the other (the registry and the disk are the
 # bottleneck), then the three tiers run side by side, one process each: most of a tier
 # is one process importing Airflow and Great Expectations, so -n 2 would not shorten it.
@@ -18,7 +19,7 @@ pyenv_root=${PYENV_ROOT:-$HOME/.pyenv}
   venv=.venv-py$v
   echo "==> Python $v: $venv"
   [[ -x $venv/bin/python ]] || .venv/bin/uv venv -q --python "$python" "$venv"
-  VIRTUAL_ENV=$venv .venv/bin/uv pip install -q -e ".[airflow,spark]" -e scripts/dev-package \
+  VIRTUAL_ENV=$venv .venv/bin/uv pip install -q -e ".[airflow]" -e scripts/dev-package \
     "pytest>=8" "pytest-xdist>=3.6" "hypothesis>=6.100"
 done
 [[ $phase != install ]] || exit 0

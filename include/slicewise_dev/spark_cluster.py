@@ -22,6 +22,8 @@ from slicewise_dev.broker import free_ports
 from slicewise_dev.process import Child, wait_until
 
 SPARK_CLASS = Path(sys.executable).parent / "spark-class"
+MASTER = "org.apache.spark.deploy.master.Master"
+WORKER = "org.apache.spark.deploy.worker.Worker"
 
 
 class LocalSparkCluster:
@@ -59,7 +61,7 @@ class LocalSparkCluster:
         self._spawn(
             "master",
             [
-                "org.apache.spark.deploy.master.Master",
+                MASTER,
                 "--host", "127.0.0.1",
                 "--port", str(self.port),
                 "--webui-port", str(self.webui_port),
@@ -69,7 +71,7 @@ class LocalSparkCluster:
         self._spawn(
             "worker",
             [
-                "org.apache.spark.deploy.worker.Worker",
+                WORKER,
                 "--host", "127.0.0.1",
                 "--port", str(self.worker_port),
                 "--webui-port", str(self.worker_webui_port),
