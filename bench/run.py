@@ -122,7 +122,7 @@ def workload(name: str, params: dict, work: Path) -> dict:
 
 # Rounds per process: W1 and W2 run twice in one driver, the second time on fresh tables,
 # so the report has the warm steady state of a long-lived driver beside the cold figure.
-ROUNDS = {"w0": 1, "w1": 2, "w2": 2, "w2avro": 2}
+ROUNDS = {"w0": 1, "w1": 2, "w1plus": 2, "w2": 2, "w2avro": 2}
 AVRO_DEFINITION = REPO_ROOT / "docs" / "examples" / "avro-events.yaml"
 
 
@@ -290,7 +290,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=("w0", "w1", "w2", "w2avro", "airflow", "w3", "isolation"),
+        choices=("w0", "w1", "w1plus", "w2", "w2avro", "airflow", "w3", "isolation"),
         help="a subset (no report)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -298,7 +298,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="slicewise-bench-"))
     cores = os.cpu_count() or 1
-    chosen = set(args.only or ("w0", "w1", "w2", "w2avro", "airflow", "w3", "isolation"))
+    chosen = set(args.only or ("w0", "w1", "w1plus", "w2", "w2avro", "airflow", "w3", "isolation"))
     start = (datetime.now(timezone.utc) - timedelta(hours=2)).replace(
         minute=0, second=0, microsecond=0
     )
@@ -341,7 +341,7 @@ def main() -> None:
             common = {"ranges": ranges, "start": start.isoformat(), "work": str(work / str(n))}
             size: dict = {"records": n, "produced": produced}
             runs: dict[str, list[dict]] = {}
-            names = [name for name in ("w0", "w1", "w2", "w2avro") if name in chosen]
+            names = [name for name in ("w0", "w1", "w1plus", "w2", "w2avro") if name in chosen]
             for rep in range(args.repeats if names else 0):
                 # Alternating order: no workload always runs first, or always after another.
                 for name in names[rep % len(names) :] + names[: rep % len(names)]:

@@ -12,6 +12,12 @@ its work, and prints one line `RESULT <json>`. The parent measures peak memory.
               in alternating order after a warm-up read of each: the cost and its spread
     w1        Structured Streaming, Trigger.AvailableNow, foreachBatch: append bronze,
               insert-only MERGE into silver (the standard baseline)
+    w1plus    the same guarantees by hand, each part the documented way: AvailableNow +
+              foreachBatch; bronze and a quarantine with reasons appended idempotently
+              (txnAppId/txnVersion); in-batch dedup and a MERGE that keeps the lowest
+              Kafka position; then a GX 1.x checkpoint on the run's silver rows (key
+              unique over its dates, the counts reconciling) and a gold rebuild of the
+              touched hours (replaceWhere)
     w2        ours, calling the jobs directly: plan, ingest, gate, publish (the DAG's steps)
     w3        MERGE cost as silver grows: pre-filled to k x the slice, duplicate rates,
               with and without the dedup horizon
@@ -29,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from slicewise.config import Settings, load_settings
@@ -195,6 +201,161 @@ def w1_once(spark: SparkSession, settings: Settings, root: Path) -> dict:
         "rows": spark.read.format("delta").load(bronze).count(),
         "silver_rows": spark.read.format("delta").load(silver).count(),
         "batches": len(batches),
+    }
+
+
+def w1plus(settings: Settings, params: dict) -> dict:
+    spark = session(settings)
+    return rounds(params, lambda n: w1plus_once(spark, settings, settings.state_dir / f"w1p-{n}"))
+
+
+def w1plus_once(spark: SparkSession, settings: Settings, root: Path) -> dict:
+    """What a competent engineer writes by hand for slicewise's promise (issue 52)."""
+    bronze, silver, quarantine, gold, checkpoint = (
+        str(root / n) for n in ("bronze", "silver", "quarantine", "gold", "_checkpoint")
+    )
+    (
+        spark.createDataFrame(
+            [],
+            "event_id string, event_type string, occurred_at timestamp, event_date date, "
+            "payload string, kafka_partition int, kafka_offset long",
+        )
+        .write.format("delta")
+        .partitionBy("event_date")
+        .save(silver)
+    )
+    counts = {"read": 0, "quarantined": 0, "dropped": 0}
+    dates: set[date] = set()
+    position = Window.partitionBy("event_id").orderBy("kafka_partition", "kafka_offset")
+
+    def upsert(batch: DataFrame, epoch: int) -> None:
+        batch.persist()
+        (
+            batch.write.format("delta").mode("append")
+            .option("txnAppId", "bench-w1plus-bronze").option("txnVersion", epoch)
+            .save(bronze)
+        )  # fmt: skip
+        parsed = (
+            batch.select(
+                F.col("value").cast("string").alias("raw"),
+                F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"),
+                F.col("partition").alias("kafka_partition"),
+                F.col("offset").alias("kafka_offset"),
+            )
+            .select("raw", "e.*", "kafka_partition", "kafka_offset")
+            .withColumn("occurred_at", F.to_timestamp("occurred_at"))
+            .withColumn(
+                "reason",
+                F.when(F.col("event_id").isNull(), "unparseable_or_no_key")
+                .when(F.col("event_type").isNull(), "missing:event_type")
+                .when(F.col("occurred_at").isNull(), "bad_timestamp:occurred_at"),
+            )
+            .persist()
+        )
+        bad = parsed.where(F.col("reason").isNotNull()).select(
+            "raw", "reason", "kafka_partition", "kafka_offset"
+        )
+        (
+            bad.write.format("delta").mode("append")
+            .option("txnAppId", "bench-w1plus-quarantine").option("txnVersion", epoch)
+            .save(quarantine)
+        )  # fmt: skip
+        valid = parsed.where(F.col("reason").isNull()).withColumn(
+            "event_date", F.to_date("occurred_at")
+        )
+        ranked = valid.withColumn("_rank", F.row_number().over(position))
+        events = ranked.where("_rank = 1").drop("_rank", "raw", "reason").persist()
+        # The survivor rule across batches: a stored copy is replaced only by one at a
+        # lower Kafka position; idempotent by content, so a retried epoch changes nothing.
+        table = DeltaTable.forPath(spark, silver)
+        table.alias("t").merge(events.alias("s"), "t.event_id = s.event_id").whenMatchedUpdateAll(
+            condition="s.kafka_partition < t.kafka_partition OR "
+            "(s.kafka_partition = t.kafka_partition AND s.kafka_offset < t.kafka_offset)"
+        ).whenNotMatchedInsertAll().execute()
+        # The counts that must reconcile, from the batch and the MERGE's own metrics.
+        merged = table.history(1).select("operationMetrics").first()[0]
+        tally = parsed.agg(
+            F.count("*").alias("read"), F.count_if(F.col("reason").isNotNull()).alias("bad")
+        ).first()
+        kept = events.agg(F.collect_set("event_date").alias("d")).first()
+        counts["read"] += tally["read"]
+        counts["quarantined"] += tally["bad"]
+        counts["dropped"] += tally["read"] - tally["bad"] - int(merged["numTargetRowsInserted"])
+        dates.update(kept["d"])
+        for frame in (events, parsed, batch):
+            frame.unpersist()
+
+    def stream() -> None:
+        query = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", settings.bootstrap_servers)
+            .option("kafka.isolation.level", "read_committed")
+            .option("subscribe", settings.topic)
+            .option("startingOffsets", "earliest")
+            .load()
+            .writeStream.foreachBatch(upsert)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+
+    def gate() -> bool:
+        """A GX 1.x checkpoint on the run's silver rows: each key once over its dates, and
+        as many rows as read - quarantined - dropped duplicates (silver started empty)."""
+        import great_expectations as gx
+        import great_expectations.expectations as gxe
+
+        rows = spark.read.format("delta").load(silver).where(F.col("event_date").isin(list(dates)))
+        context = gx.get_context(mode="ephemeral")
+        batch = (
+            context.data_sources.add_spark(name="w1plus")
+            .add_dataframe_asset(name="silver")
+            .add_batch_definition_whole_dataframe(name="run")
+        )
+        expected = counts["read"] - counts["quarantined"] - counts["dropped"]
+        suite = context.suites.add(
+            gx.ExpectationSuite(
+                name="w1plus",
+                expectations=[
+                    gxe.ExpectColumnValuesToBeUnique(column="event_id"),
+                    gxe.ExpectColumnValuesToNotBeNull(column="event_id"),
+                    gxe.ExpectTableRowCountToEqual(value=expected),
+                ],
+            )
+        )
+        definition = context.validation_definitions.add(
+            gx.ValidationDefinition(name="w1plus", data=batch, suite=suite)
+        )
+        checkpoint_ = context.checkpoints.add(
+            gx.Checkpoint(name="w1plus", validation_definitions=[definition])
+        )
+        return bool(checkpoint_.run(batch_parameters={"dataframe": rows}).success)
+
+    def publish() -> None:
+        """Gold: events per hour and type, rebuilt for the touched dates' hours."""
+        first, last = min(dates), max(dates)
+        (
+            spark.read.format("delta").load(silver)
+            .where(F.col("event_date").between(F.lit(first), F.lit(last)))
+            .groupBy(F.date_trunc("hour", "occurred_at").alias("hour"), "event_type")
+            .agg(F.count("*").alias("events"))
+            .write.format("delta").mode("overwrite")
+            .option("replaceWhere", f"hour >= '{first} 00:00:00' AND hour <= '{last} 23:00:00'")
+            .save(gold)
+        )  # fmt: skip
+
+    steps: dict[str, float] = {}
+    steps["stream"], _ = timed(stream)
+    steps["gate"], passed = timed(gate)
+    steps["publish"], _ = timed(publish)
+    return {
+        "seconds": sum(steps.values()),
+        "steps": steps,
+        "passed": passed,
+        "rows": spark.read.format("delta").load(bronze).count(),
+        "silver_rows": spark.read.format("delta").load(silver).count(),
+        **counts,
     }
 
 
@@ -404,7 +565,15 @@ def replacing_merges(spark: SparkSession, settings: Settings, params: dict, toda
 
 
 # W2 on Avro is W2's code: its settings (the Avro definition, the registry) differ.
-WORKLOADS = {"w0": w0, "isolation": isolation, "w1": w1, "w2": w2, "w2avro": w2, "w3": w3}
+WORKLOADS = {
+    "w0": w0,
+    "isolation": isolation,
+    "w1": w1,
+    "w1plus": w1plus,
+    "w2": w2,
+    "w2avro": w2,
+    "w3": w3,
+}
 
 
 def main(name: str, raw: str) -> None:

@@ -23,6 +23,9 @@ if [[ ! -f $stamp_file || $(cat "$stamp_file") != "$want" ]]; then
   # compile its imports again (Great Expectations alone: ~20 s instead of ~4 s).
   VIRTUAL_ENV=.venv .venv/bin/uv pip install -q --compile-bytecode \
     -r requirements-dev.txt -c constraints.txt -e . -e scripts/dev-package
+  # uv keeps every build of an sdist (pyspark is one, ~450 MB a build): without a prune the
+  # cache grew by gigabytes a fresh clone until the disk was full.
+  .venv/bin/uv cache prune -q
   echo "$want" > "$stamp_file"
 fi
 

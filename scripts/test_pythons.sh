@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
 # The unit tier on every other Python the package supports (3.10, 3.12, 3.13; the main
 # suite runs on 3.11, the lock's). Each gets a venv of its own (.venv-py3.X) with the
-# package and the dev stack installed from their declared ranges, not the 3.11 lock:
-# what a user on that Python resolves. Interpreters from pyenv (PYENV_ROOT).
-# The venvs are installed one after the other (the registry is the bottleneck), then
-# the three tiers run side by side, one process each: most of a tier is one process
-# importing Airflow and Great Expectations, so -n 2 would not shorten it.
+# package (an Airflow worker's install: the thin Spark client, no JVM) and the dev stack
+# installed from their declared ranges, not the 3.11 lock: what a user on that Python
+# resolves. Interpreters from pyenv (PYENV_ROOT).
+# The venvs are installed one after the other (the registry and the disk are the
+# bottleneck), then the three tiers run side by side, one process each: most of a tier
+# is one process importing Airflow and Great Expectations, so -n 2 would not shorten it.
+#   scripts/test_pythons.sh [install|run]   # one phase (make test installs beside pytest)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+phase=${1:-all}
 versions=${SLICEWISE_TEST_PYTHONS:-3.10 3.12 3.13}
 pyenv_root=${PYENV_ROOT:-$HOME/.pyenv}
-for v in $versions; do
+[[ $phase == run ]] || for v in $versions; do
   python=$(ls -d "$pyenv_root"/versions/"$v".*/bin/python"$v" 2>/dev/null | sort -V | tail -1)
   [[ -n $python ]] || { echo "Python $v is needed for the unit tier (pyenv install $v)" >&2; exit 1; }
   venv=.venv-py$v
   echo "==> Python $v: $venv"
   [[ -x $venv/bin/python ]] || .venv/bin/uv venv -q --python "$python" "$venv"
-  VIRTUAL_ENV=$venv .venv/bin/uv pip install -q -e ".[airflow,spark]" -e scripts/dev-package \
+  VIRTUAL_ENV=$venv .venv/bin/uv pip install -q -e ".[airflow]" -e scripts/dev-package \
     "pytest>=8" "pytest-xdist>=3.6" "hypothesis>=6.100"
 done
+[[ $phase != install ]] || exit 0
 logs=$(mktemp -d)
 declare -A tier
 for v in $versions; do

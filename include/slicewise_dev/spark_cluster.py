@@ -27,6 +27,8 @@ from slicewise_dev.netns import Hosts
 from slicewise_dev.process import Child, wait_until
 
 SPARK_CLASS = Path(sys.executable).parent / "spark-class"
+MASTER = "org.apache.spark.deploy.master.Master"
+WORKER = "org.apache.spark.deploy.worker.Worker"
 
 
 class LocalSparkCluster:
@@ -74,7 +76,7 @@ class LocalSparkCluster:
         self._spawn(
             "master",
             [
-                "org.apache.spark.deploy.master.Master",
+                MASTER,
                 "--host", self.master_host,
                 "--port", str(self.port),
                 "--webui-port", str(self.webui_port),
@@ -84,7 +86,7 @@ class LocalSparkCluster:
         self._spawn(
             "worker",
             [
-                "org.apache.spark.deploy.worker.Worker",
+                WORKER,
                 "--host", self.worker_host,
                 "--port", str(self.worker_port),
                 "--webui-port", str(self.worker_webui_port),
