@@ -315,7 +315,7 @@ class LocalBroker:
         The cluster id is compared so another broker on the same port never passes
         for ours; init_transactions() proves the single-broker transaction setup.
         """
-        if not port_open(self.port):
+        if not port_open(self.port, self.host):
             return False
         deadline = time.monotonic() + timeout
         conf = {"bootstrap.servers": self.bootstrap, "log_level": 2}
