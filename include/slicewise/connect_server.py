@@ -62,13 +62,15 @@ def server_conf(
 ) -> dict[str, str]:
     """Our session settings plus what a shared, long-lived driver needs. The driver
     listens where the server does (`bind`); executors on other hosts dial it at
-    `driver_host` (this host's address on their network; `bind` if it is one)."""
+    `driver_host` (this host's name or address on their network; `bind` if it is one;
+    on a wildcard bind, Spark's own choice: the address this host's name resolves to)."""
     conf = {**spark_conf(), **(local_conf() if master.startswith("local") else {})}
     conf.pop("spark.driver.memory", None)  # given to spark-submit as --driver-memory
+    host = driver_host or (None if bind in WILDCARDS else bind)
     return {
         **conf,
         "spark.driver.bindAddress": bind,
-        "spark.driver.host": driver_host or reachable_at(bind),
+        **({"spark.driver.host": host} if host else {}),
         "spark.connect.grpc.binding.address": bind,
         "spark.connect.grpc.binding.port": str(port),
         # A client killed mid-step (its Airflow task killed) leaves its operation running
@@ -347,7 +349,8 @@ def embedded(settings: Settings | None = None) -> SparkConnectServer:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """`python -m slicewise.connect_server`'s command line."""
     parser = argparse.ArgumentParser(
         prog="python -m slicewise.connect_server", description=__doc__.splitlines()[0]
     )
@@ -358,8 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--driver-host",
-        help="the address executors on other hosts reach the driver at "
-        "(spark.driver.host; default: the --bind address)",
+        help="the name or address executors on other hosts reach the driver at "
+        "(spark.driver.host; default: the --bind address; on 0.0.0.0, Spark's choice)",
     )
     parser.add_argument(
         "--conf",
@@ -368,10 +371,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="a Spark setting of the deployment's own (e.g. spark.driver.port behind a firewall)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     bad = [c for c in args.conf if "=" not in c]
     if bad:
-        parser.error(f"--conf takes KEY=VALUE, not {bad[0]!r}")
+        parser().error(f"--conf takes KEY=VALUE, not {bad[0]!r}")
     server = embedded()
     server.master, server.bind, server.driver_host = args.master, args.bind, args.driver_host
     server.extra_conf = dict(c.split("=", 1) for c in args.conf)

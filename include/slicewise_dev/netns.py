@@ -19,6 +19,7 @@ import ipaddress
 import os
 import random
 import signal
+import socket
 import subprocess
 import time
 import uuid
@@ -106,3 +107,12 @@ class Hosts:
                 self.kill(ns)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)  # and its veth
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+
+
+def hostname() -> str:
+    """This network namespace's own address (its first global IPv4 one), else the host
+    name: Airflow's `hostname_callable` for a worker on a stand-in host, so a task
+    instance records the host it ran on (namespaces share the machine's host name)."""
+    for line in _ip("-o", "-4", "addr", "show", "scope", "global").splitlines():
+        return line.split()[3].split("/")[0]
+    return socket.getfqdn()

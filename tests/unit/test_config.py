@@ -198,6 +198,7 @@ def test_the_driver_listens_where_the_server_does_and_executors_dial_its_host():
         "0.0.0.0",
         "spark-connect",
     )
+    assert "spark.driver.host" not in server_conf(15002, "spark://m:7077", "0.0.0.0")  # Spark's
     assert SparkConnectServer(Path("/nowhere"), 15002, bind="0.0.0.0").url == "sc://127.0.0.1:15002"
     assert SparkConnectServer(Path("/nowhere"), 7, bind="10.251.7.1").url == "sc://10.251.7.1:7"
     # The deployment's own settings win (fixed ports behind a firewall).
