@@ -160,7 +160,15 @@ class AirflowServices:
         argv = command(component)
         if component[0] == "celery" and self.celery and self.celery.worker_ns:
             argv = Hosts.command(self.celery.worker_ns, argv)
-        return Child(argv, self.logs / f"airflow-{component[0]}.log", env=self.env)
+        log = self.logs / f"airflow-{component[0]}.log"
+        if log.exists():  # a restarted component: its earlier log stays beside
+            log.rename(log.with_suffix(f".{time.time_ns()}.log"))
+        return Child(argv, log, env=self.env)
+
+    def restart_worker(self) -> None:
+        """A new Celery worker, after its host lost the last one (chaos: `worker-killed`)."""
+        self._children = [c for c in self._children if c.log.stem != "airflow-celery"]
+        self._children.append(self._start(["celery", "worker"]))
 
     def stop(self) -> None:
         """End every component and whatever it started (the executor's workers too)."""

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from urllib.parse import urlparse
@@ -32,10 +33,11 @@ from slicewise.connect_server import SparkConnectServer, connect_connection
 from slicewise.ledger import Ledger
 from slicewise.spark import classic_env, remote_session
 from slicewise_dev.airflow_env import VENV_BIN, airflow_env
-from slicewise_dev.airflow_services import AirflowServices
+from slicewise_dev.airflow_services import AirflowServices, Celery
 from slicewise_dev.broker import free_ports, running_broker
 from slicewise_dev.netns import Hosts
 from slicewise_dev.producer import TxProducer
+from slicewise_dev.redis import LocalRedis
 from slicewise_dev.s3 import LocalS3
 from slicewise_dev.spark_cluster import LocalSparkCluster
 
@@ -55,6 +57,19 @@ def executor_host(hosts: Hosts) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
+def airflow_host(hosts: Hosts) -> tuple[str, str]:
+    """(namespace, address) of the host the Celery worker, and so every task, runs on."""
+    return hosts.add("airflow")
+
+
+@dataclass(frozen=True)
+class Gateway:
+    bootstrap: str
+    s3: LocalS3
+    redis: LocalRedis
+
+
+@pytest.fixture(scope="module")
 def spark_cluster(hosts, executor_host, tmp_path_factory) -> Iterator[LocalSparkCluster]:
     """Master on the gateway, the worker (1 worker, 2 cores) on the executor host."""
     home = tmp_path_factory.mktemp("spark-cluster")
@@ -63,20 +78,22 @@ def spark_cluster(hosts, executor_host, tmp_path_factory) -> Iterator[LocalSpark
 
 
 @pytest.fixture(scope="module")
-def services(hosts, tmp_path_factory) -> Iterator[tuple[str, LocalS3]]:
-    """A broker and an object store on the gateway (the shared ones listen on loopback,
-    which the executor host cannot reach); the object store's endpoint and credentials
-    in the environment, as `local_s3` does, for the server, the tasks and the ledger."""
+def services(hosts, tmp_path_factory) -> Iterator[Gateway]:
+    """A Kafka broker, an object store and Celery's Redis on the gateway (the shared ones
+    listen on loopback, which the other hosts cannot reach); the object store's endpoint
+    and credentials in the environment, as `local_s3` does, for the server, the tasks
+    and the ledger."""
     state = tmp_path_factory.mktemp("gateway-services")
     cache = load_settings().cache_dir
     with (
         running_broker(state / "kafka", host=hosts.gateway) as broker,
         LocalS3(state / "s3", cache, host=hosts.gateway) as s3,
+        LocalRedis(state / "redis", host=hosts.gateway) as redis,
         pytest.MonkeyPatch.context() as env,
     ):
         for name, value in s3.env.items():
             env.setenv(name, value)
-        yield broker.bootstrap, s3
+        yield Gateway(broker.bootstrap, s3, redis)
 
 
 @pytest.fixture
@@ -95,7 +112,7 @@ def cluster_server(hosts, spark_cluster, services, tmp_path):
 def on_s3(services, cluster_server, tmp_path, request):
     """Settings of a pipeline on the gateway's broker, with its tables and ledger in a
     bucket (SLICEWISE_LAKEHOUSE=s3a://<bucket>/lakehouse), and its producer."""
-    bootstrap, s3 = services
+    bootstrap, s3 = services.bootstrap, services.s3
     server, _ = cluster_server
     topic = f"scale-out-{abs(hash(request.node.nodeid)) % 10**8}"
     settings = load_settings(
@@ -115,9 +132,24 @@ def on_s3(services, cluster_server, tmp_path, request):
 
 
 @pytest.fixture
-def deployment(on_s3, cluster_server, postgres_url, tmp_path) -> Iterator[AirflowServices]:
-    """api-server + scheduler + triggerer on PostgreSQL; spark_connect_default names the
-    server that drives the cluster."""
+def hours(on_s3) -> list[datetime]:
+    """Two old hours for a backfill and the latest closed one for the scheduler, each
+    produced (`produce_hour`) before Airflow starts."""
+    _, producer = on_s3
+    now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+    hours = [now - timedelta(hours=4), now - timedelta(hours=3), now - timedelta(hours=1)]
+    for hour, prefix in zip(hours, "efg", strict=True):
+        produce_hour(producer, hour, prefix=prefix)
+    return hours
+
+
+@pytest.fixture
+def deployment(
+    hosts, airflow_host, services, on_s3, hours, cluster_server, postgres_url, tmp_path
+) -> Iterator[AirflowServices]:
+    """api-server (on the gateway) + scheduler + triggerer on PostgreSQL, CeleryExecutor
+    with its worker on the Airflow host; spark_connect_default names the server that
+    drives the cluster. The DAG runs on its schedule too."""
     settings, _ = on_s3
     server, _ = cluster_server
     env = {
@@ -130,8 +162,12 @@ def deployment(on_s3, cluster_server, postgres_url, tmp_path) -> Iterator[Airflo
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres_url,
         "SLICEWISE_GRACE_SECONDS": "0",
     }
-    with AirflowServices(env, tmp_path / "airflow-logs", triggerer=True) as services:
-        yield services
+    worker = Celery(services.redis.url(), worker_ns=airflow_host[0])
+    with AirflowServices(
+        env, tmp_path / "airflow-logs", triggerer=True, host=hosts.gateway, celery=worker,
+        scheduled=True,
+    ) as airflow:  # fmt: skip
+        yield airflow
 
 
 def slice_rows(spark, settings, slice_id: str) -> dict[str, list[tuple]]:
@@ -151,29 +187,32 @@ def slice_rows(spark, settings, slice_id: str) -> dict[str, list[tuple]]:
     }
 
 
-def test_backfills_on_a_spark_cluster_on_another_host_with_tables_on_s3_are_exact(
-    on_s3, spark_cluster, cluster_server, deployment, services, executor_host, tmp_path
-):
-    settings, producer = on_s3
+def test_runs_on_other_hosts_with_tables_on_s3_are_exact(
+    on_s3, hours, spark_cluster, cluster_server, deployment, services, executor_host,
+    airflow_host, tmp_path,
+):  # fmt: skip
+    settings, _ = on_s3
     server, spark_api = cluster_server
     assert settings.lakehouse.startswith("s3a://") and settings.ledger_dir.startswith("s3a://")
-    start = (datetime.now(timezone.utc) - timedelta(hours=4)).replace(
-        minute=0, second=0, microsecond=0
-    )
-    hour_2, hour_3 = start + timedelta(hours=1), start + timedelta(hours=2)
-    produce_hour(producer, start)
-    produce_hour(producer, hour_2, prefix="f")
+    start, hour_2, latest = hours
     ledger = Ledger(settings.ledger_dir, settings.topic)
 
-    first = deployment.backfill(start, hour_3, reprocess="none", max_active_runs=2)
+    # The scheduler's run of the latest closed hour, and a backfill of two old ones.
+    first = deployment.backfill(start, hour_2 + timedelta(hours=1), max_active_runs=2)
     assert [r.state for r in first.values()] == ["success", "success"], first
+    assert deployment.wait_for_scheduled_success() == latest
     slices = ledger.slices()  # the runs' data intervals, not now(), named the slices
-    assert [(s.start, s.end) for s in slices] == [(start, hour_2), (hour_2, hour_3)]
+    assert [(s.start, s.end) for s in slices] == [
+        (at, at + timedelta(hours=1)) for at in (start, hour_2, latest)
+    ]
     gate = ledger.step(slices[0].slice_id, "gate")
     assert gate["success"] and gate["counts"]["read"] == 22 and gate["counts"]["quarantined"] == 1
     for sl in slices:
         [event] = deployment.asset_events(settings.topic, sl.slice_id)
         assert event["silver_version"] >= 1
+    # Every task ran on the Celery worker, on the Airflow host.
+    ran_on = deployment.task_hosts()
+    assert len(ran_on) >= 3 * 5 and set(ran_on.values()) == {airflow_host[1]}, ran_on
 
     # The gate's Data Docs are in the bucket: fetched with the CLI from this host, once
     # the site the gate rendered on its own disk is gone.
@@ -193,15 +232,15 @@ def test_backfills_on_a_spark_cluster_on_another_host_with_tables_on_s3_are_exac
     before = slice_rows(spark, settings, slices[0].slice_id)
     silver = spark.read.format("delta").load(settings.table("silver"))
     assert sorted(r.event_id for r in silver.collect()) == sorted(
-        f"{p}{i}" for p in "ef" for i in range(20)
+        f"{p}{i}" for p in "efg" for i in range(20)
     )
 
     # The UI's "reprocess completed runs" on a done interval: it runs again, changes nothing.
     again = deployment.backfill(start, hour_2, reprocess="completed")
     assert {r.state for r in again.values()} == {"success"}, again
     assert slice_rows(spark, settings, slices[0].slice_id) == before
-    assert len(ledger.slices()) == 2
-    assert [len(deployment.asset_events(settings.topic, s.slice_id)) for s in slices] == [1, 1]
+    assert len(ledger.slices()) == 3
+    assert [len(deployment.asset_events(settings.topic, s.slice_id)) for s in slices] == [1] * 3
     spark.stop()
 
     # The Spark work ran on the cluster, in the one server application, and its tasks on
@@ -219,7 +258,7 @@ def test_backfills_on_a_spark_cluster_on_another_host_with_tables_on_s3_are_exac
     assert any(k.startswith("boundaries/") for k in ledger.store.keys("boundaries"))
     # The secret key reached the executors, yet no log of Airflow, the server or the
     # cluster holds it: only the server's 0600 credentials file does.
-    _, s3 = services
+    s3 = services.s3
     logs = [p for root in (tmp_path, spark_cluster.home) for p in root.rglob("*") if p.is_file()]
     leaked = [
         p
