@@ -622,10 +622,11 @@ def ingest_instance(stack: CeleryStack, hour: datetime) -> tuple[str, int] | Non
     with stack.airflow.db.connect() as conn:
         found = conn.execute(
             text(
-                "SELECT state, try_number FROM task_instance"
-                " WHERE task_id = 'ingest' AND run_id = :run"
+                "SELECT ti.state, ti.try_number FROM task_instance ti JOIN dag_run r"
+                " ON r.dag_id = ti.dag_id AND r.run_id = ti.run_id"
+                " WHERE ti.task_id = 'ingest' AND r.logical_date = :at"
             ),
-            {"run": f"backfill__{hour.isoformat()}"},
+            {"at": hour},
         ).first()
     return None if found is None else (str(found[0]), int(found[1]))
 
@@ -638,7 +639,10 @@ def worker_killed_run(spark, stack: CeleryStack, run: int, seed: int, row: Row) 
     rng = random.Random(seed)
     settings = stack.settings
     now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
-    hour = now - timedelta(hours=3 + run)  # an hour of its own for each run of the module
+    # An hour of its own for each run of the module, later than the earlier runs' hours:
+    # the slices before froze their ends at the topic's end, so records written now for
+    # an earlier hour would lie past them (late, for a later slice).
+    hour = now - timedelta(hours=RUNS + 2 - run)
     manifest = produce(
         settings, hour, intervals=1, events=300, faults=FAULTS, seed=seed, id_prefix=f"r{seed}-"
     )
