@@ -3,6 +3,7 @@
 On-call uses this to inspect and re-run a slice exactly as the DAG would:
 
     slicewise status                     # the 24 latest slices (--last N, --since, --slice-id)
+    slicewise docs --slice-id ...        # a slice's Data Docs, fetched from the lakehouse
     slicewise plan --start 2026-11-22T03:00:00Z --end 2026-11-22T04:00:00Z
     slicewise ingest --slice-id 20261122T030000Z-20261122T040000Z   # bronze + silver
     slicewise gate --slice-id ...     |  publish  |  bronze  |  silver  |  replay-quarantine
@@ -25,6 +26,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
+from pathlib import Path
 
 from slicewise.config import ConfigError, Settings, load_settings
 from slicewise.errors import OperationalError
@@ -195,6 +197,12 @@ def parser() -> argparse.ArgumentParser:
     shown.add_argument("--since", type=instant, help="the slices starting at or after this time")
     shown.add_argument("--slice-id", help="one slice")
     add_pipeline_arg(status)
+    docs = sub.add_parser(
+        "docs", help="fetch a slice's Data Docs from the lakehouse into a local folder"
+    )
+    docs.add_argument("--slice-id", required=True)
+    docs.add_argument("--into", default=None, help="default: <state>/fetched_data_docs/<pipeline>")
+    add_pipeline_arg(docs)
     pipelines = sub.add_parser(
         "pipelines", help="check the pipeline definition file and list its pipelines"
     )
@@ -269,6 +277,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print_holds(holds, now)
                 print("\n".join(fresh.describe(now)))
                 print_status(rows)
+        elif args.command == "docs":
+            into = args.into or settings.state_dir / "fetched_data_docs" / settings.pipeline.name
+            for page in fetch_docs(settings, args.slice_id, Path(into)):
+                print(page.resolve().as_uri())
         else:
             from slicewise.jobs import run
 
@@ -286,6 +298,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def fetch_docs(settings: Settings, slice_id: str, into: Path) -> list[Path]:
+    """The Data Docs pages of a slice's latest gate run, copied under `into`."""
+    from slicewise.data_docs import fetch
+
+    gate = Ledger(settings.ledger_dir, settings.topic).step(slice_id, "gate")
+    if gate is None:
+        raise OperationalError(
+            f"slice {slice_id} has no gate outcome in the ledger: run its `gate` task first"
+        )
+    return fetch(settings, gate.get("data_docs", []), into)
 
 
 def check_pipelines(path: str | None) -> int:

@@ -49,12 +49,28 @@ class ConnectServerError(RuntimeError):
     """The server did not come up; the message carries the end of its log."""
 
 
-def server_conf(port: int, master: str, bind: str = "127.0.0.1") -> dict[str, str]:
-    """Our session settings plus what a shared, long-lived driver needs."""
+WILDCARDS = ("0.0.0.0", "::")
+
+
+def reachable_at(bind: str) -> str:
+    """The address clients on this host dial for a server listening on `bind`."""
+    return "127.0.0.1" if bind in WILDCARDS else bind
+
+
+def server_conf(
+    port: int, master: str, bind: str = "127.0.0.1", driver_host: str | None = None
+) -> dict[str, str]:
+    """Our session settings plus what a shared, long-lived driver needs. The driver
+    listens where the server does (`bind`); executors on other hosts dial it at
+    `driver_host` (this host's name or address on their network; `bind` if it is one;
+    on a wildcard bind, Spark's own choice: the address this host's name resolves to)."""
     conf = {**spark_conf(), **(local_conf() if master.startswith("local") else {})}
     conf.pop("spark.driver.memory", None)  # given to spark-submit as --driver-memory
+    host = driver_host or (None if bind in WILDCARDS else bind)
     return {
         **conf,
+        "spark.driver.bindAddress": bind,
+        **({"spark.driver.host": host} if host else {}),
         "spark.connect.grpc.binding.address": bind,
         "spark.connect.grpc.binding.port": str(port),
         # A client killed mid-step (its Airflow task killed) leaves its operation running
@@ -73,13 +89,18 @@ def server_command(
     bind: str = "127.0.0.1",
     driver_memory: str = "3g",
     secrets: Path | None = None,
+    driver_host: str | None = None,
+    extra_conf: dict[str, str] | None = None,
 ) -> list[str]:
     """`secrets`: a properties file (mode 0600) with settings that must not show on a
-    command line, where every local user can read them (the client token, keys)."""
+    command line, where every local user can read them (the client token, keys).
+    `extra_conf`: the deployment's own (fixed driver and block manager ports behind a
+    firewall, memory), last so they win."""
     args = [str(SPARK_SUBMIT), "--master", master, "--driver-memory", driver_memory]
     if secrets is not None:
         args += ["--properties-file", str(secrets)]
-    for key, value in server_conf(port, master, bind).items():
+    conf = {**server_conf(port, master, bind, driver_host), **(extra_conf or {})}
+    for key, value in conf.items():
         args += ["--conf", f"{key}={value}"]
     return [*args, "--class", SERVER_CLASS, "--name", "slicewise-connect", "spark-internal"]
 
@@ -141,11 +162,15 @@ class SparkConnectServer:
         master: str = "local[*]",
         bind: str = "127.0.0.1",
         token: str | None = None,
+        driver_host: str | None = None,
+        extra_conf: dict[str, str] | None = None,
     ) -> None:
         self.home = Path(home)
         self.port = port
         self.master = master
         self.bind = bind  # 0.0.0.0 in a container: the token still guards it (connect_auth)
+        self.driver_host = driver_host  # what executors on other hosts dial
+        self.extra_conf = dict(extra_conf or {})
         # Every request must carry it; by default the deployment's (SLICEWISE_SPARK_TOKEN)
         # or the state folder's, generated on first use, so its clients find it.
         self.token = token or server_token(os.environ, state_folder(os.environ))
@@ -153,7 +178,7 @@ class SparkConnectServer:
 
     @property
     def url(self) -> str:
-        return f"sc://127.0.0.1:{self.port}"
+        return f"sc://{reachable_at(self.bind)}:{self.port}"
 
     @property
     def log_path(self) -> Path:
@@ -180,7 +205,7 @@ class SparkConnectServer:
         """Start the server and wait until it accepts sessions; a no-op if ours runs."""
         if self.running():
             return
-        if port_open(self.port):
+        if port_open(self.port, reachable_at(self.bind)):
             raise ConnectServerError(
                 f"port {self.port} is taken by another process; stop it or choose another port"
             )
@@ -188,13 +213,23 @@ class SparkConnectServer:
         env = {
             **classic_env(dict(os.environ)),  # the server itself is a classic driver
             "SPARK_HOME": str(_wheel_home()),
-            "SPARK_LOCAL_IP": "127.0.0.1",
             "PYSPARK_PYTHON": sys.executable,
         }
+        # Where the driver's UI and block manager listen: the server's address, or
+        # Spark's own choice when it listens everywhere (a container).
+        if self.bind not in WILDCARDS:
+            env["SPARK_LOCAL_IP"] = self.bind
         secrets = self._write_secrets()
         with open(self.log_path, "w") as log:
             self._proc = subprocess.Popen(
-                server_command(self.port, self.master, self.bind, secrets=secrets),
+                server_command(
+                    self.port,
+                    self.master,
+                    self.bind,
+                    secrets=secrets,
+                    driver_host=self.driver_host,
+                    extra_conf=self.extra_conf,
+                ),
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -202,7 +237,7 @@ class SparkConnectServer:
             )
         self.pid_path.write_text(str(self._proc.pid))
         deadline = time.monotonic() + timeout
-        while not port_open(self.port):
+        while not port_open(self.port, reachable_at(self.bind)):
             if self._proc.poll() is not None:
                 raise ConnectServerError(f"Spark Connect server exited:\n{self.log_tail()}")
             if time.monotonic() > deadline:
@@ -215,7 +250,7 @@ class SparkConnectServer:
 
     def running(self) -> bool:
         pid = self._pid()
-        return pid is not None and _alive(pid) and port_open(self.port)
+        return pid is not None and _alive(pid) and port_open(self.port, reachable_at(self.bind))
 
     def stop(self, timeout: float = 30.0) -> None:
         pid = self._pid()
@@ -314,7 +349,8 @@ def embedded(settings: Settings | None = None) -> SparkConnectServer:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """`python -m slicewise.connect_server`'s command line."""
     parser = argparse.ArgumentParser(
         prog="python -m slicewise.connect_server", description=__doc__.splitlines()[0]
     )
@@ -323,9 +359,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--bind", default="127.0.0.1", help="address to listen on (0.0.0.0 in a container)"
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--driver-host",
+        help="the name or address executors on other hosts reach the driver at "
+        "(spark.driver.host; default: the --bind address; on 0.0.0.0, Spark's choice)",
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting of the deployment's own (e.g. spark.driver.port behind a firewall)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    bad = [c for c in args.conf if "=" not in c]
+    if bad:
+        parser().error(f"--conf takes KEY=VALUE, not {bad[0]!r}")
     server = embedded()
-    server.master, server.bind = args.master, args.bind
+    server.master, server.bind, server.driver_host = args.master, args.bind, args.driver_host
+    server.extra_conf = dict(c.split("=", 1) for c in args.conf)
     if args.action == "stop":
         server.stop()
         print("Spark Connect server stopped")

@@ -19,14 +19,15 @@ offending keys. A few aggregations instead of GX's ~50 small jobs over the rows:
 passing slice of a pipeline without extra expectations that is all the gate reads.
 The slice's keys are those silver kept (`slice_ids`): the gate reads tables only and
 never parses the slice again.
-A failure raises `GateFailed` naming the offending ids and counts, after writing
-Data Docs to `<state>/data_docs` and the outcome (with the counts) to the ledger.
+A failure raises `GateFailed` naming the offending ids and counts, after keeping
+the Data Docs in the lakehouse (slicewise.data_docs) and the outcome (with the counts
+and the pages' URLs) in the ledger.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 
 import pandas as pd
@@ -34,6 +35,7 @@ from pyspark.sql import SparkSession
 
 from slicewise.bronze import require_bronze_rows
 from slicewise.config import Settings
+from slicewise.data_docs import keep
 from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.gate_facts import SliceCounts, counts_of, slice_facts
@@ -140,7 +142,7 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
         "suite_version": SUITE_VERSION,
         "counts": asdict(counts),
         "summary": summary,
-        "data_docs": [str(r.docs_index) for r in reports],
+        "data_docs": [r.docs_url for r in reports],
     }
     if success:
         # Cleared first: cut off before the record, the slice is not published until
@@ -210,7 +212,8 @@ def _validate(
         ids = recorded_ids(spark, settings, slice_id).select(*key)
         rows = silver_window(spark, settings, reach).join(ids, key, "left_semi")
         reports.append(validate(rows, f"silver_slice_v{SUITE_VERSION}", row_suite, docs, slice_id))
-    return counts, reports
+    # Kept where every host reads them, before the verdict is recorded or raised.
+    return counts, [replace(r, docs_url=keep(settings, r.site, r.docs_index)) for r in reports]
 
 
 def _hint(counts: SliceCounts) -> str:

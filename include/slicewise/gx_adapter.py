@@ -86,11 +86,14 @@ class GateReport:
     run_name: str
     evaluated: int
     failures: list[GateFailure]
-    docs_index: Path
+    docs_index: Path  # the page, in the local `site` GX rendered
+    site: Path
+    docs_url: str | None = None  # where the page is kept for every host (slicewise.data_docs)
 
     def summary(self) -> str:
         """Multi-line text on failure, one line on success."""
-        where, docs = f"{self.suite_name}/{self.run_name}", f"Data Docs: {self.docs_index.as_uri()}"
+        where = f"{self.suite_name}/{self.run_name}"
+        docs = f"Data Docs: {self.docs_url or self.docs_index.as_uri()}"
         if self.success:
             return f"gate passed for {where}: all {self.evaluated} expectations met ({docs})"
         head = (
@@ -165,6 +168,7 @@ def validate(
         evaluated=len(result.results),
         failures=[_to_failure(r) for r in result.results if not r.success],
         docs_index=page if page is not None and page.exists() else site / "index.html",
+        site=site,
     )
 
 

@@ -1,7 +1,10 @@
 """Airflow's components as processes of our own, and backfills run through them.
 
 The api-server and the scheduler (LocalExecutor; a triggerer on request) share one
-metadata DB, SQLite for the demo or PostgreSQL for the production-shaped test.
+metadata DB, SQLite for the demo or PostgreSQL for the production-shaped test. Given
+`celery`, the scheduler sends the tasks to a Celery worker instead (CeleryExecutor,
+a Redis broker), which may run on another host (a namespace of slicewise_dev.netns):
+it then reaches the api-server's execution API at `host`, where the api-server listens.
 Runs are created with `airflow backfill create`, as the UI's backfill form does, so
 they carry the timetable's own logical dates (an interval's start): a scheduler
 started later on the same DB carries on after them, and a backfill over those
@@ -25,6 +28,7 @@ from sqlalchemy import create_engine, text
 from slicewise.connect_server import port_open
 from slicewise_dev.airflow_env import VENV_BIN, migrate
 from slicewise_dev.broker import free_ports
+from slicewise_dev.netns import Hosts
 from slicewise_dev.process import Child, wait_until
 
 DAG_ID = "slicewise_events"
@@ -49,6 +53,15 @@ def _utc(value: datetime | str | None) -> datetime | None:
 
 
 @dataclass(frozen=True)
+class Celery:
+    """CeleryExecutor: its broker (and result backend), and the worker's host (None: here)."""
+
+    broker_url: str
+    worker_ns: str | None = None
+    concurrency: int = 2
+
+
+@dataclass(frozen=True)
 class Run:
     logical_date: datetime
     state: str
@@ -56,11 +69,11 @@ class Run:
     started: datetime | None = None  # its latest start: a rerun moves it
 
 
-def execution_api_ready(port: int) -> bool:
-    if not port_open(port):
+def execution_api_ready(port: int, host: str = "127.0.0.1") -> bool:
+    if not port_open(port, host):
         return False
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/execution/health", timeout=60):
+        with urllib.request.urlopen(f"http://{host}:{port}/execution/health", timeout=60):
             return True
     except OSError:
         return False
@@ -83,23 +96,40 @@ class AirflowServices:
         logs: Path,
         triggerer: bool = False,
         dag_ids: tuple[str, ...] = (DAG_ID,),
+        host: str = "127.0.0.1",
+        celery: Celery | None = None,
+        scheduled: bool = False,
     ) -> None:
         (self.port,) = free_ports(1)
         self.dag_ids = dag_ids
+        self.host = host
+        self.celery = celery
         self.env = {
             **env,
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
+            "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor" if celery else "LocalExecutor",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://{host}:{self.port}/execution/",
+            "AIRFLOW__API__HOST": host,
             "AIRFLOW__API__PORT": str(self.port),
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
-            # Only the backfills run: no scheduled run for the latest interval on unpause.
-            "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+            # Only the backfills run, unless `scheduled`: then the latest closed interval
+            # of each DAG of `dag_ids` too (the others stay paused), as on a deployment.
+            "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": str(scheduled),
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(scheduled),
         }
         self.logs = logs
         self.components = [["api-server", "--port", str(self.port)], ["scheduler"]]
         if triggerer:
             self.components.append(["triggerer"])
+        if celery:
+            self.env |= {
+                "AIRFLOW__CELERY__BROKER_URL": celery.broker_url,
+                "AIRFLOW__CELERY__RESULT_BACKEND": celery.broker_url,
+                "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(celery.concurrency),
+                # A task instance records the host it ran on: the worker's own address.
+                "AIRFLOW__CORE__HOSTNAME_CALLABLE": "slicewise_dev.netns.hostname",
+            }
+            self.components.append(["celery", "worker"])
         self.db = create_engine(self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
         self._children: list[Child] = []
 
@@ -115,19 +145,30 @@ class AirflowServices:
         airflow(self.env, "dags", "reserialize")  # no dag-processor: the DAGs are parsed once
         for dag_id in self.dag_ids:
             airflow(self.env, "dags", "unpause", dag_id)
-        self._children = [
-            Child(command(c), self.logs / f"airflow-{c[0]}.log", env=self.env)
-            for c in self.components
-        ]
+        self._children = [self._start(c) for c in self.components]
         # Ready once the execution API answers: its first request takes seconds (the app
         # is built lazily), which the first task would otherwise wait out.
         wait_until(
-            lambda: execution_api_ready(self.port),
+            lambda: execution_api_ready(self.port, self.host),
             self._children,
             "Airflow's api-server",
             timeout,
             interval=1,
         )
+
+    def _start(self, component: list[str]) -> Child:
+        argv = command(component)
+        if component[0] == "celery" and self.celery and self.celery.worker_ns:
+            argv = Hosts.command(self.celery.worker_ns, argv)
+        log = self.logs / f"airflow-{component[0]}.log"
+        if log.exists():  # a restarted component: its earlier log stays beside
+            log.rename(log.with_suffix(f".{time.time_ns()}.log"))
+        return Child(argv, log, env=self.env)
+
+    def restart_worker(self) -> None:
+        """A new Celery worker, after its host lost the last one (chaos: `worker-killed`)."""
+        self._children = [c for c in self._children if c.log.stem != "airflow-celery"]
+        self._children.append(self._start(["celery", "worker"]))
 
     def stop(self) -> None:
         """End every component and whatever it started (the executor's workers too)."""
@@ -245,6 +286,34 @@ class AirflowServices:
                 break  # the backfill closed without creating every run: waiting cannot help
             time.sleep(2)
         raise RuntimeError(f"backfill did not finish: {self.runs(dag_id)}\n{self.tail()}")
+
+    def wait_for_scheduled_success(self, dag_id: str = DAG_ID, timeout: float = 300) -> datetime:
+        """The logical date of the DAG's first scheduled run to succeed; fails on a failed one."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.db.connect() as conn:
+                runs = conn.execute(
+                    text(
+                        "SELECT logical_date, state FROM dag_run"
+                        " WHERE dag_id = :dag AND run_type = 'scheduled' ORDER BY logical_date"
+                    ),
+                    {"dag": dag_id},
+                ).all()
+            assert all(str(state) != "failed" for _, state in runs), (runs, self.tail())
+            done = [_utc(at) for at, state in runs if str(state) == "success"]
+            if done:
+                return done[0]
+            time.sleep(3)
+        raise AssertionError(f"no scheduled run of {dag_id} succeeded in {timeout} s")
+
+    def task_hosts(self, dag_id: str = DAG_ID) -> dict[tuple[str, str], str]:
+        """The host each task instance ran on, by (run id, task id)."""
+        with self.db.connect() as conn:
+            rows = conn.execute(
+                text("SELECT run_id, task_id, hostname FROM task_instance WHERE dag_id = :dag"),
+                {"dag": dag_id},
+            ).all()
+        return {(run, task): host for run, task, host in rows}
 
     def asset_events(self, topic: str, slice_id: str) -> list[dict]:
         with self.db.connect() as conn:

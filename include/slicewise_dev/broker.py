@@ -63,7 +63,7 @@ class BrokerError(RuntimeError):
 
 
 class LocalBroker:
-    """One Kafka 4.1 broker+controller on 127.0.0.1, driven from Python.
+    """One Kafka 4.1 broker+controller on 127.0.0.1 (or `host`), driven from Python.
 
     Every method is idempotent, so a test fixture, the demo and a developer's
     shell can all call `start()` and share one broker per state folder.
@@ -79,12 +79,14 @@ class LocalBroker:
         sasl_users: Mapping[str, str] | None = None,
         advertised_port: int | None = None,
         acls: bool = False,
+        host: str = "127.0.0.1",
     ) -> None:
         """`sasl_port` adds a SASL_PLAINTEXT listener (mechanism PLAIN) for `sasl_users`
         (name -> password) beside the plain one, to test authenticated clients; with
         `acls` those users may do only what an ACL grants them (the plain listener's
         anonymous clients are super users, to grant them). `advertised_port` makes
-        clients come back through a proxy on that port."""
+        clients come back through a proxy on that port. `host`: the address it listens
+        on and advertises, for clients on other hosts (slicewise_dev.netns's gateway)."""
         # Absolute: the JVM runs in `home`, and the pid check matches the config path.
         self.home = Path(state_dir).expanduser().resolve() / "kafka"
         self.libs_dir = Path(cache_dir).expanduser().resolve() / f"kafka-{KAFKA_VERSION}" / "libs"
@@ -94,6 +96,7 @@ class LocalBroker:
         self.advertised_port = advertised_port or port
         self.sasl_users = dict(sasl_users or {})
         self.acls = acls
+        self.host = host
         self._proc: subprocess.Popen[bytes] | None = None
 
     # -- paths -------------------------------------------------------------
@@ -101,7 +104,7 @@ class LocalBroker:
     @property
     def bootstrap(self) -> str:
         """What clients put in bootstrap.servers."""
-        return f"127.0.0.1:{self.advertised_port}"
+        return f"{self.host}:{self.advertised_port}"
 
     @property
     def data_dir(self) -> Path:
@@ -187,10 +190,11 @@ class LocalBroker:
             # baked into the formatted storage, so the ports may change later.
             "process.roles": "broker,controller",
             "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
             "controller.listener.names": "CONTROLLER",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.advertised_port}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},"
+            f"CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.advertised_port}",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             "log.dirs": str(self.data_dir),
@@ -217,12 +221,12 @@ class LocalBroker:
     def _sasl_properties(self) -> dict[str, str]:
         if self.sasl_port is None:
             return {}
-        sasl = f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
+        sasl = f"SASL_PLAINTEXT://{self.host}:{self.sasl_port}"
         users = " ".join(f'user_{name}="{password}"' for name, password in self.sasl_users.items())
         return {
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},{sasl},"
-            f"CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.advertised_port},{sasl}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},{sasl},"
+            f"CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.advertised_port},{sasl}",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
             "SASL_PLAINTEXT:SASL_PLAINTEXT",
             "sasl.enabled.mechanisms": "PLAIN",
@@ -311,7 +315,7 @@ class LocalBroker:
         The cluster id is compared so another broker on the same port never passes
         for ours; init_transactions() proves the single-broker transaction setup.
         """
-        if not port_open(self.port):
+        if not port_open(self.port, self.host):
             return False
         deadline = time.monotonic() + timeout
         conf = {"bootstrap.servers": self.bootstrap, "log_level": 2}
@@ -344,9 +348,9 @@ class LocalBroker:
         for port in (self.port, self.controller_port, self.sasl_port):
             if port is None:
                 continue
-            if not _port_free(port):
+            if not _port_free(port, self.host):
                 raise BrokerError(
-                    f"Port {port} on 127.0.0.1 is taken by another process (another broker with a "
+                    f"Port {port} on {self.host} is taken by another process (another broker with a "
                     f"different state dir?); stop it or choose other ports."
                 )
         self.write_config()
@@ -513,12 +517,12 @@ def free_ports(count: int = 2) -> list[int]:
             sock.close()
 
 
-def _port_free(port: int) -> bool:
+def _port_free(port: int, host: str = "127.0.0.1") -> bool:
     """True if nothing listens there; SO_REUSEADDR ignores TIME_WAIT left by a stopped broker."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind(("127.0.0.1", port))
+            sock.bind((host, port))
         except OSError:
             return False
     return True

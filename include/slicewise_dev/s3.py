@@ -53,17 +53,19 @@ def s3proxy_jar(cache_dir: Path) -> Path:
 
 
 class LocalS3:
-    """s3proxy on a free loopback port, objects under `state_dir`; a context manager."""
+    """s3proxy on a free port of loopback (or `host`, for clients on other hosts),
+    objects under `state_dir`; a context manager."""
 
     access_key = "slicewise-test"
     secret_key = "slicewise-test-secret"
     region = "us-east-1"
 
-    def __init__(self, state_dir: Path, cache_dir: Path) -> None:
+    def __init__(self, state_dir: Path, cache_dir: Path, host: str = "127.0.0.1") -> None:
         self.state_dir = state_dir
         self.cache_dir = cache_dir
         (self.port,) = free_ports(1)
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.host = host
+        self.endpoint = f"http://{host}:{self.port}"
         self._child: Child | None = None
 
     def __enter__(self) -> LocalS3:
@@ -104,7 +106,7 @@ class LocalS3:
         self._child = Child(
             ["java", "-jar", str(jar), "--properties", str(conf)], self.state_dir / "s3proxy.log"
         )
-        wait_until(lambda: port_open(self.port), [self._child], "s3proxy", timeout)
+        wait_until(lambda: port_open(self.port, self.host), [self._child], "s3proxy", timeout)
 
     def stop(self) -> None:
         if self._child is not None:

@@ -205,9 +205,11 @@ def produce(
     batch: int = 50,
     shape: str = "events",
     interval: timedelta = timedelta(hours=1),
+    id_prefix: str = "",
 ) -> Manifest:
     """Send `events` new events spread over `intervals` intervals (hours by default) from
-    `start`; return the oracle."""
+    `start`; return the oracle. `id_prefix` keeps the ids of several calls on one topic
+    apart (each call's are otherwise the same)."""
     rng = random.Random(seed)
     if shape == "avro-events":
         kind = avro_events(settings, start + intervals * interval / 2)
@@ -244,7 +246,7 @@ def produce(
 
     late: list[tuple[TxProducer, set[str]]] = []
     for i in range(faults.open_transactions):  # opened first, committed last
-        ids = {kind.key(f"late-{i}", j) for j in range(10)}
+        ids = {kind.key(f"{id_prefix}late-{i}", j) for j in range(10)}
         producer = TxProducer(conf, settings.topic, f"source-{run}-late-{i}")
         producer.begin([record(e, at_random(0)) for e in sorted(ids)])
         manifest.records_sent += len(ids)
@@ -254,7 +256,10 @@ def produce(
     per_interval = max(1, events // intervals)
     for k in range(intervals):
         for first in range(0, per_interval, batch):
-            ids = [kind.key(f"evt-{k}", n) for n in range(first, min(first + batch, per_interval))]
+            ids = [
+                kind.key(f"{id_prefix}evt-{k}", n)
+                for n in range(first, min(first + batch, per_interval))
+            ]
             records = [record(e, at_random(k)) for e in ids]
             repeats = sum(rng.random() < faults.duplicate_rate for _ in ids)
             again = rng.sample(sent, min(repeats, len(sent)))

@@ -1,8 +1,12 @@
-"""A real Spark standalone cluster on loopback: one master, one worker, from the pyspark wheel.
+"""A real Spark standalone cluster: one master, one worker, from the pyspark wheel.
 
 For the cluster-mode tests and for trying the DAG against a cluster by hand. The
 DAG does not know about it: point the `spark_default` connection at
 `master_url` and the same jobs run here instead of in `local[*]`.
+
+On loopback by default. Given a worker host (`slicewise_dev.netns`: a namespace and
+its address), the worker and its executors run there, and the master listens on the
+address that host reaches (`master_host`, the namespaces' gateway).
 
     python -m slicewise_dev.spark_cluster [--cores 2] [--memory 4g]   # runs until Ctrl-C
 """
@@ -19,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slicewise_dev.broker import free_ports
+from slicewise_dev.netns import Hosts
 from slicewise_dev.process import Child, wait_until
 
 SPARK_CLASS = Path(sys.executable).parent / "spark-class"
@@ -29,20 +34,30 @@ WORKER = "org.apache.spark.deploy.worker.Worker"
 class LocalSparkCluster:
     """Master and worker as child JVMs; logs and the worker's scratch space under `home`."""
 
-    def __init__(self, home: Path, cores: int = 2, memory: str = "4g") -> None:
+    def __init__(
+        self,
+        home: Path,
+        cores: int = 2,
+        memory: str = "4g",
+        master_host: str = "127.0.0.1",
+        worker: tuple[str, str] | None = None,
+    ) -> None:
         self.home = Path(home)
         self.cores = cores
         self.memory = memory
+        self.master_host = master_host
+        # (namespace, address) of the worker's host; None: this host, on loopback.
+        self.worker_ns, self.worker_host = worker or (None, master_host)
         self.port, self.webui_port, self.worker_port, self.worker_webui_port = free_ports(4)
         self._children: list[Child] = []
 
     @property
     def master_url(self) -> str:
-        return f"spark://127.0.0.1:{self.port}"
+        return f"spark://{self.master_host}:{self.port}"
 
     def state(self) -> dict:
         """The master's own JSON status page: workers, running and completed applications."""
-        url = f"http://127.0.0.1:{self.webui_port}/json/"
+        url = f"http://{self.master_host}:{self.webui_port}/json/"
         with urllib.request.urlopen(url, timeout=5) as response:
             return json.load(response)
 
@@ -53,7 +68,7 @@ class LocalSparkCluster:
         self.home.mkdir(parents=True, exist_ok=True)
         env = {
             **os.environ,
-            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOCAL_IP": self.master_host,
             # Executors run Python with the same interpreter (and packages) as the driver's venv.
             "PYSPARK_PYTHON": sys.executable,
             "SPARK_WORKER_DIR": str(self.home / "work"),
@@ -62,7 +77,7 @@ class LocalSparkCluster:
             "master",
             [
                 MASTER,
-                "--host", "127.0.0.1",
+                "--host", self.master_host,
                 "--port", str(self.port),
                 "--webui-port", str(self.webui_port),
             ],
@@ -72,7 +87,7 @@ class LocalSparkCluster:
             "worker",
             [
                 WORKER,
-                "--host", "127.0.0.1",
+                "--host", self.worker_host,
                 "--port", str(self.worker_port),
                 "--webui-port", str(self.worker_webui_port),
                 "--cores", str(self.cores),
@@ -80,7 +95,8 @@ class LocalSparkCluster:
                 "--work-dir", str(self.home / "work"),
                 self.master_url,
             ],
-            env,
+            {**env, "SPARK_LOCAL_IP": self.worker_host},
+            ns=self.worker_ns,
         )  # fmt: skip
         wait_until(
             self._worker_alive,
@@ -102,8 +118,13 @@ class LocalSparkCluster:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> None:
-        self._children.append(Child([str(SPARK_CLASS), *args], self.home / f"{name}.log", env))
+    def _spawn(
+        self, name: str, args: list[str], env: dict[str, str], ns: str | None = None
+    ) -> None:
+        command = [str(SPARK_CLASS), *args]
+        if ns is not None:
+            command = Hosts.command(ns, command)
+        self._children.append(Child(command, self.home / f"{name}.log", env))
 
     def _worker_alive(self) -> bool:
         try:

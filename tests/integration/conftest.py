@@ -1,5 +1,6 @@
 """Per-test pipelines (a fresh topic, a fresh lakehouse, a transactional producer), and the
-production-shaped services: a Spark standalone cluster and PostgreSQL."""
+production-shaped services: PostgreSQL (the Spark cluster, on another host, is
+test_scale_out's)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from slicewise_dev.broker import free_ports
 from slicewise_dev.producer import TxProducer
 from slicewise_dev.registry import LocalRegistry
 from slicewise_dev.s3 import LocalS3  # noqa: TC001 - a fixture's type
-from slicewise_dev.spark_cluster import LocalSparkCluster
 
 
 @pytest.fixture
@@ -71,13 +71,6 @@ def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalR
     """Apicurio Registry (its Confluent-compatible API) on a free loopback port."""
     with LocalRegistry(tmp_path_factory.mktemp("registry"), load_settings().cache_dir) as server:
         yield server
-
-
-@pytest.fixture(scope="session")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSparkCluster]:
-    """A real standalone master and worker on loopback (1 worker, 2 cores)."""
-    with LocalSparkCluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
-        yield cluster
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -38,16 +39,20 @@ import pytest
 import yaml
 from chaos_log import SCENARIOS, Row, append, render
 from pyspark.sql import functions as F
+from sqlalchemy import text
 
 from slicewise.config import Settings, load_settings
 from slicewise.connect_auth import TOKEN_ENV
-from slicewise.connect_server import SparkConnectServer
+from slicewise.connect_server import SparkConnectServer, connect_connection
 from slicewise.faults import POINTS
 from slicewise.home import REPO_ROOT
 from slicewise.ledger import Ledger
 from slicewise.tables import table_exists
 from slicewise_dev.airflow_env import VENV_BIN, airflow_env
+from slicewise_dev.airflow_services import AirflowServices, Celery
 from slicewise_dev.broker import LocalBroker, free_ports, running_broker
+from slicewise_dev.netns import Hosts
+from slicewise_dev.redis import LocalRedis
 from slicewise_dev.source import Faults, Manifest, produce
 
 pytestmark = pytest.mark.integration
@@ -302,7 +307,8 @@ STRIKES: dict[str, Strike] = {
 }
 MIXED = "mixed"
 FAILED_GATE = "failed-gate"  # a slice's gate fails while the next one arrives (mixed strikes)
-assert set(SCENARIOS) == {*STRIKES, MIXED, FAILED_GATE}
+WORKER_KILLED = "worker-killed"  # through Airflow: a CeleryExecutor worker on another host
+assert set(SCENARIOS) == {*STRIKES, MIXED, FAILED_GATE, WORKER_KILLED}
 
 
 def chosen_scenarios() -> list[str]:
@@ -452,30 +458,35 @@ def compare_with_oracle(spark, sl: Slice, manifest: Manifest, row: Row) -> None:
 
 
 @pytest.mark.parametrize("scenario", chosen_scenarios())
-def test_chaos_loses_and_duplicates_nothing(
-    spark, local_s3, chaos_broker, chaos_server, tmp_path, capsys, scenario
-):
+def test_chaos_loses_and_duplicates_nothing(spark, local_s3, tmp_path, capsys, request, scenario):
     assert STORE in ("local", "s3"), f"SLICEWISE_CHAOS_STORE={STORE!r}: use local or s3"
     row = Row(scenario)
     TABLE.append(row)
     lakehouse = None  # each run's own folder
     if STORE == "s3":
         lakehouse = f"s3a://{local_s3.create_bucket(f'chaos-{uuid.uuid4().hex[:8]}')}"
+    if scenario == WORKER_KILLED:  # its own services, started only for it
+        stack = request.getfixturevalue("celery_stack")
+
+        def one_run(run: int, seed: int, this: Row) -> None:
+            worker_killed_run(spark, stack, run, seed, this)
+    else:
+        broker, server = (request.getfixturevalue(f) for f in ("chaos_broker", "chaos_server"))
+
+        def one_run(run: int, seed: int, this: Row) -> None:
+            state = tmp_path / f"run-{run}"
+            where = f"{lakehouse}/run-{run}" if lakehouse else str(state / "lakehouse")
+            strike_run(spark, broker, server, state, where, scenario, seed, this)
+
     try:
-        strike_runs(spark, chaos_broker, chaos_server, tmp_path, scenario, row, lakehouse)
+        strike_runs(scenario, row, one_run, tmp_path)
     finally:
         with capsys.disabled():
             print(render(TABLE))
 
 
 def strike_runs(
-    spark,
-    chaos_broker: LocalBroker,
-    chaos_server: SparkConnectServer,
-    tmp_path: Path,
-    scenario: str,
-    row: Row,
-    lakehouse: str | None,
+    scenario: str, row: Row, one_run: Callable[[int, int, Row], None], tmp_path: Path
 ) -> None:
     first_seed = int(os.environ.get("SLICEWISE_CHAOS_SEED") or random.randrange(2**32))
     record = os.environ.get("SLICEWISE_CHAOS_RECORD")
@@ -485,8 +496,7 @@ def strike_runs(
         this = Row(scenario, runs=1)
         began, error = time.monotonic(), None
         try:
-            where = f"{lakehouse}/run-{run}" if lakehouse else str(state / "lakehouse")
-            strike_run(spark, chaos_broker, chaos_server, state, where, scenario, seed, this)
+            one_run(run, seed, this)
         except Exception as exc:  # recorded as a failed run, then raised
             this.failed, error = 1, f"{type(exc).__name__}: {exc}"[:2000]
             raise
@@ -549,3 +559,131 @@ def strike_run(
     sl.env.update(env)
     row.struck += strike(scenario, sl, rng)
     compare_with_oracle(spark, sl, manifest, row)
+
+
+# -- worker-killed: the DAG itself, its tasks on a Celery worker of another host ---------
+
+
+@dataclass
+class CeleryStack:
+    """Airflow (CeleryExecutor) with its worker on another host, and what the worker
+    reaches over its link: the broker, the Spark Connect server, Redis."""
+
+    hosts: Hosts
+    worker_ns: str
+    settings: Settings
+    airflow: AirflowServices
+
+
+@pytest.fixture(scope="module")
+def celery_stack(tmp_path_factory, postgres_server) -> Iterator[CeleryStack]:
+    state = tmp_path_factory.mktemp("chaos-celery")
+    (port,) = free_ports(1)
+    with Hosts() as hosts:
+        worker_ns, _ = hosts.add("airflow")
+        with (
+            running_broker(state / "kafka", host=hosts.gateway) as broker,
+            LocalRedis(state / "redis", host=hosts.gateway) as redis,
+            SparkConnectServer(state / "spark", port, "local[2]", bind=hosts.gateway) as server,
+        ):
+            env = {
+                "SLICEWISE_KAFKA_BOOTSTRAP": broker.bootstrap,
+                "SLICEWISE_SPARK_REMOTE": server.url,
+                TOKEN_ENV: server.token,
+                "SLICEWISE_TOPIC": f"chaos-celery-{uuid.uuid4().hex[:8]}",
+                "SLICEWISE_STATE_DIR": str(state),
+                "SLICEWISE_LAKEHOUSE": str(state / "lakehouse"),
+                "SLICEWISE_GRACE_SECONDS": "0",
+                "SLICEWISE_RECORDS_PER_TASK": "40",
+            }
+            environ = {**os.environ, **env}
+            settings = load_settings(environ)
+            deployment = {
+                **airflow_env(settings, environ),
+                "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": connect_connection(server.url, server.token),
+                "AIRFLOW_HOME": str(state / "airflow"),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres_server(
+                    f"chaos_{uuid.uuid4().hex[:12]}"
+                ),
+                # A lost worker's task is failed (then retried) this soon, not after 5 min.
+                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
+                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+            }
+            worker = Celery(redis.url(), worker_ns=worker_ns)
+            with AirflowServices(
+                deployment, state / "airflow-logs", triggerer=True, host=hosts.gateway,
+                celery=worker,
+            ) as airflow:  # fmt: skip
+                yield CeleryStack(hosts, worker_ns, settings, airflow)
+
+
+def ingest_instance(stack: CeleryStack, hour: datetime) -> tuple[str, int] | None:
+    """(state, try number) of the hour's `ingest` task instance, once it exists."""
+    with stack.airflow.db.connect() as conn:
+        found = conn.execute(
+            text(
+                "SELECT ti.state, ti.try_number FROM task_instance ti JOIN dag_run r"
+                " ON r.dag_id = ti.dag_id AND r.run_id = ti.run_id"
+                " WHERE ti.task_id = 'ingest' AND r.logical_date = :at"
+            ),
+            {"at": hour},
+        ).first()
+    return None if found is None else (str(found[0]), int(found[1]))
+
+
+def worker_killed_run(spark, stack: CeleryStack, run: int, seed: int, row: Row) -> None:
+    """One hour through the DAG (a backfill); while its `ingest` runs on the Celery worker,
+    every process of the worker's host is killed (SIGKILL), and a new worker starts there.
+    Airflow fails the lost attempt once its heartbeat stops and retries it on the new
+    worker; the run must end in success with silver exact against the oracle."""
+    rng = random.Random(seed)
+    settings = stack.settings
+    now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+    # An hour of its own for each run of the module, later than the earlier runs' hours:
+    # the slices before froze their ends at the topic's end, so records written now for
+    # an earlier hour would lie past them (late, for a later slice).
+    hour = now - timedelta(hours=RUNS + 2 - run)
+    manifest = produce(
+        settings, hour, intervals=1, events=300, faults=FAULTS, seed=seed, id_prefix=f"r{seed}-"
+    )
+    stack.airflow.backfill(hour, hour + timedelta(hours=1), wait=False)
+    deadline = time.monotonic() + 600
+    while (ingest_instance(stack, hour) or ("",))[0] != "running":
+        assert time.monotonic() < deadline, f"ingest never ran: {stack.airflow.tail()}"
+        time.sleep(0.5)
+    time.sleep(rng.uniform(1, STEP_SECONDS["ingest"] * 0.75))
+    mid_ingest = ingest_instance(stack, hour)[0] == "running"
+    assert stack.hosts.kill(stack.worker_ns), "no process on the worker's host"
+    row.struck += mid_ingest
+    stack.airflow.restart_worker()
+    [done] = stack.airflow.wait_for_backfill(hour, hour + timedelta(hours=1)).values()
+    assert done.state == "success", stack.airflow.tail()
+    if mid_ingest:  # the lost attempt was failed and retried, not left running
+        assert ingest_instance(stack, hour) == ("success", 2)
+    [sl] = [s for s in Ledger(settings.ledger_dir, settings.topic).slices() if s.start == hour]
+    table = settings.table
+    slice_ids = spark.read.format("delta").load(table("slice_ids"))
+    kept = {r.event_id for r in slice_ids.where(F.col("slice_id") == sl.slice_id).collect()}
+    silver = spark.read.format("delta").load(table("silver"))
+    ours = [
+        r.event_id
+        for r in silver.where(F.col("event_id").startswith(f"r{seed}-"))
+        .select("event_id")
+        .collect()
+    ]
+    quarantine = {
+        (r.partition, r.offset)
+        for r in spark.read.format("delta")
+        .load(table("quarantine"))
+        .where(F.col("slice_id") == sl.slice_id)
+        .collect()
+    }
+    row.events += len(manifest.committed_valid)
+    row.lost += len(manifest.committed_valid - set(ours))
+    row.duplicated += len(ours) - len(set(ours))
+    row.unexpected += len((set(ours) | kept) - manifest.committed_valid)
+    row.quarantined += len(quarantine)
+    row.quarantine_wrong += len(quarantine ^ manifest.malformed)
+    assert Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "gate")["success"]
+    gold = spark.read.format("delta").load(table("gold_events_per_hour"))
+    assert gold.agg(F.sum("events")).first()[0] == silver.count(), "gold does not count silver"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -448,9 +449,11 @@ def fail_merge(*_args, **_kwargs):
     raise RuntimeError("cut off before the MERGE committed")
 
 
-def test_a_duplicate_in_silver_fails_the_gate_naming_it(spark, pipeline):
+def test_a_duplicate_in_silver_fails_the_gate_naming_it(spark, pipeline, tmp_path):
     """The gate validates facts from one query; a failed row fact brings in the
     row-level suite, so the message and Data Docs name the offending id."""
+    from slicewise.cli import fetch_docs
+    from slicewise.data_docs import location
     from slicewise.gate import GateFailed, run_gate
 
     settings, producer = pipeline
@@ -476,7 +479,15 @@ def test_a_duplicate_in_silver_fails_the_gate_naming_it(spark, pipeline):
     assert "expect_column_values_to_be_unique(event_id): 2 unexpected, e.g. ['b']" in message
     gate = Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "gate")
     assert gate["success"] is False and gate["counts"]["inserted"] == 3
-    assert len(gate["data_docs"]) == 2 and all(Path(p).exists() for p in gate["data_docs"])
+    # Kept in the lakehouse: fetched from there once the gate host's own site is gone.
+    assert len(gate["data_docs"]) == 2
+    assert all(p.startswith(f"{location(settings)}/validations/") for p in gate["data_docs"])
+    shutil.rmtree(settings.data_docs_dir)
+    pages = fetch_docs(settings, sl.slice_id, tmp_path / "fetched")
+    assert [p.suffix for p in pages] == [".html", ".html"] and "duplicate_keys" in pages[
+        0
+    ].read_text()
+    assert "event_id" in pages[1].read_text() and (tmp_path / "fetched" / "static").is_dir()
 
 
 def test_gold_follows_an_event_that_a_later_slice_moves_to_another_hour(spark, pipeline):

@@ -1,67 +1,173 @@
-"""Production-shaped: the same DAG, by configuration alone, run by a real scheduler
-(LocalExecutor), triggerer and api-server with the metadata DB on PostgreSQL, its Spark
-steps clients of a Spark Connect server that drives a real standalone cluster, the
-tables and the ledger in one bucket of an S3-compatible server (no path shared by the
-Airflow worker and the executors), and backfills created with `airflow backfill create`
-(what the UI's backfill form does)."""
+"""Production-shaped, across hosts: the same DAG, by configuration alone, run by a real
+scheduler (LocalExecutor), triggerer and api-server with the metadata DB on PostgreSQL,
+its Spark steps clients of a Spark Connect server that drives a real standalone cluster
+whose worker, and so every executor, is another host (a network namespace,
+slicewise_dev.netns). Whatever that host reaches (the master, the server's driver, the
+broker, the object store) listens on the namespaces' gateway and nowhere else it could
+reach: no loopback shortcut. The tables and the ledger are in one bucket (no path
+shared by the Airflow worker and the executors); backfills are created with
+`airflow backfill create` (what the UI's backfill form does)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import functions as F
 from test_airflow_e2e import produce_hour  # same folder, on sys.path under pytest
 
+from slicewise.config import load_settings
 from slicewise.connect_auth import TOKEN_ENV
 from slicewise.connect_server import SparkConnectServer, connect_connection
 from slicewise.ledger import Ledger
-from slicewise.spark import classic_env
+from slicewise.spark import classic_env, remote_session
 from slicewise_dev.airflow_env import VENV_BIN, airflow_env
-from slicewise_dev.airflow_services import AirflowServices
-from slicewise_dev.broker import free_ports
+from slicewise_dev.airflow_services import AirflowServices, Celery
+from slicewise_dev.broker import free_ports, running_broker
+from slicewise_dev.netns import Hosts
+from slicewise_dev.producer import TxProducer
+from slicewise_dev.redis import LocalRedis
+from slicewise_dev.s3 import LocalS3
+from slicewise_dev.spark_cluster import LocalSparkCluster
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def cluster_server(spark_cluster, tmp_path) -> Iterator[SparkConnectServer]:
-    """A Spark Connect server whose master is the standalone cluster."""
-    (port,) = free_ports(1)
-    with SparkConnectServer(tmp_path / "spark-connect", port, spark_cluster.master_url) as server:
-        yield server
+@pytest.fixture(scope="module")
+def hosts() -> Iterator[Hosts]:
+    with Hosts() as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def executor_host(hosts: Hosts) -> tuple[str, str]:
+    """(namespace, address) of the host the cluster's worker and executors run on."""
+    return hosts.add("executor")
+
+
+@pytest.fixture(scope="module")
+def airflow_host(hosts: Hosts) -> tuple[str, str]:
+    """(namespace, address) of the host the Celery worker, and so every task, runs on."""
+    return hosts.add("airflow")
+
+
+@dataclass(frozen=True)
+class Gateway:
+    bootstrap: str
+    s3: LocalS3
+    redis: LocalRedis
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(hosts, executor_host, tmp_path_factory) -> Iterator[LocalSparkCluster]:
+    """Master on the gateway, the worker (1 worker, 2 cores) on the executor host."""
+    home = tmp_path_factory.mktemp("spark-cluster")
+    with LocalSparkCluster(home, master_host=hosts.gateway, worker=executor_host) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def services(hosts, tmp_path_factory) -> Iterator[Gateway]:
+    """A Kafka broker, an object store and Celery's Redis on the gateway (the shared ones
+    listen on loopback, which the other hosts cannot reach); the object store's endpoint
+    and credentials in the environment, as `local_s3` does, for the server, the tasks
+    and the ledger."""
+    state = tmp_path_factory.mktemp("gateway-services")
+    cache = load_settings().cache_dir
+    with (
+        running_broker(state / "kafka", host=hosts.gateway) as broker,
+        LocalS3(state / "s3", cache, host=hosts.gateway) as s3,
+        LocalRedis(state / "redis", host=hosts.gateway) as redis,
+        pytest.MonkeyPatch.context() as env,
+    ):
+        for name, value in s3.env.items():
+            env.setenv(name, value)
+        yield Gateway(broker.bootstrap, s3, redis)
 
 
 @pytest.fixture
-def on_s3(pipeline_factory, s3_lakehouse):
-    """Tables and ledger in a bucket: SLICEWISE_LAKEHOUSE=s3a://<bucket>/lakehouse."""
-    return pipeline_factory(SLICEWISE_LAKEHOUSE=s3_lakehouse)
+def cluster_server(hosts, spark_cluster, services, tmp_path):
+    """A Spark Connect server whose master is the cluster; its driver (and UI) on the
+    gateway, where executors dial it back (`--bind`, `--driver-host`)."""
+    port, ui = free_ports(2)
+    with SparkConnectServer(
+        tmp_path / "spark-connect", port, spark_cluster.master_url, bind=hosts.gateway,
+        driver_host=hosts.gateway, extra_conf={"spark.ui.port": str(ui)},
+    ) as server:  # fmt: skip
+        yield server, f"http://{hosts.gateway}:{ui}/api/v1/applications"
 
 
 @pytest.fixture
-def deployment(on_s3, cluster_server, postgres_url, tmp_path) -> Iterator[AirflowServices]:
-    """api-server + scheduler + triggerer on PostgreSQL; spark_connect_default names the
-    server that drives the cluster."""
+def on_s3(services, cluster_server, tmp_path, request):
+    """Settings of a pipeline on the gateway's broker, with its tables and ledger in a
+    bucket (SLICEWISE_LAKEHOUSE=s3a://<bucket>/lakehouse), and its producer."""
+    bootstrap, s3 = services.bootstrap, services.s3
+    server, _ = cluster_server
+    topic = f"scale-out-{abs(hash(request.node.nodeid)) % 10**8}"
+    settings = load_settings(
+        {
+            **os.environ,
+            "SLICEWISE_KAFKA_BOOTSTRAP": bootstrap,
+            "SLICEWISE_SPARK_REMOTE": server.url,
+            "SLICEWISE_TOPIC": topic,
+            "SLICEWISE_STATE_DIR": str(tmp_path / "state"),
+            "SLICEWISE_LAKEHOUSE": f"s3a://{s3.create_bucket('lake')}/lakehouse",
+        }
+    )
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=3)])[topic].result(timeout=30)
+    producer = {"bootstrap.servers": bootstrap, **settings.kafka_props}
+    return settings, TxProducer(producer, topic, f"tx-{topic}")
+
+
+@pytest.fixture
+def hours(on_s3) -> list[datetime]:
+    """Two old hours for a backfill and the latest closed one for the scheduler, each
+    produced (`produce_hour`) before Airflow starts."""
+    _, producer = on_s3
+    now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+    hours = [now - timedelta(hours=4), now - timedelta(hours=3), now - timedelta(hours=1)]
+    for hour, prefix in zip(hours, "efg", strict=True):
+        produce_hour(producer, hour, prefix=prefix)
+    return hours
+
+
+@pytest.fixture
+def deployment(
+    hosts, airflow_host, services, on_s3, hours, cluster_server, postgres_url, tmp_path
+) -> Iterator[AirflowServices]:
+    """api-server (on the gateway) + scheduler + triggerer on PostgreSQL, CeleryExecutor
+    with its worker on the Airflow host; spark_connect_default names the server that
+    drives the cluster. The DAG runs on its schedule too."""
     settings, _ = on_s3
+    server, _ = cluster_server
     env = {
         # Nothing but configuration differs from the embedded default.
         **airflow_env(settings),
-        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": connect_connection(
-            cluster_server.url, cluster_server.token
-        ),
-        "SLICEWISE_SPARK_REMOTE": cluster_server.url,
-        TOKEN_ENV: cluster_server.token,
+        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": connect_connection(server.url, server.token),
+        "SLICEWISE_SPARK_REMOTE": server.url,
+        TOKEN_ENV: server.token,
         "AIRFLOW_HOME": str(tmp_path / "airflow"),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres_url,
         "SLICEWISE_GRACE_SECONDS": "0",
     }
-    with AirflowServices(env, tmp_path / "airflow-logs", triggerer=True) as services:
-        yield services
+    worker = Celery(services.redis.url(), worker_ns=airflow_host[0])
+    with AirflowServices(
+        env, tmp_path / "airflow-logs", triggerer=True, host=hosts.gateway, celery=worker,
+        scheduled=True,
+    ) as airflow:  # fmt: skip
+        yield airflow
 
 
 def slice_rows(spark, settings, slice_id: str) -> dict[str, list[tuple]]:
@@ -81,63 +187,95 @@ def slice_rows(spark, settings, slice_id: str) -> dict[str, list[tuple]]:
     }
 
 
-def test_backfills_on_a_spark_cluster_with_airflow_on_postgres_and_tables_on_s3_are_exact(
-    spark, on_s3, spark_cluster, deployment, local_s3, tmp_path
-):
-    settings, producer = on_s3
+def test_runs_on_other_hosts_with_tables_on_s3_are_exact(
+    on_s3, hours, spark_cluster, cluster_server, deployment, services, executor_host,
+    airflow_host, tmp_path,
+):  # fmt: skip
+    settings, _ = on_s3
+    server, spark_api = cluster_server
     assert settings.lakehouse.startswith("s3a://") and settings.ledger_dir.startswith("s3a://")
-    start = (datetime.now(timezone.utc) - timedelta(hours=4)).replace(
-        minute=0, second=0, microsecond=0
-    )
-    hour_2 = start + timedelta(hours=1)
-    produce_hour(producer, start)
-    produce_hour(producer, hour_2, prefix="f")
+    start, hour_2, latest = hours
     ledger = Ledger(settings.ledger_dir, settings.topic)
 
-    first = deployment.backfill(start, hour_2, reprocess="none")
-    assert [r.state for r in first.values()] == ["success"], first
-    [sl] = ledger.slices()  # the run's data interval, not now(), named the slice
-    assert (sl.start, sl.end) == (start, hour_2)
-    gate = ledger.step(sl.slice_id, "gate")
+    # The scheduler's run of the latest closed hour, and a backfill of two old ones.
+    first = deployment.backfill(start, hour_2 + timedelta(hours=1), max_active_runs=2)
+    assert [r.state for r in first.values()] == ["success", "success"], first
+    assert deployment.wait_for_scheduled_success() == latest
+    slices = ledger.slices()  # the runs' data intervals, not now(), named the slices
+    assert [(s.start, s.end) for s in slices] == [
+        (at, at + timedelta(hours=1)) for at in (start, hour_2, latest)
+    ]
+    gate = ledger.step(slices[0].slice_id, "gate")
     assert gate["success"] and gate["counts"]["read"] == 22 and gate["counts"]["quarantined"] == 1
-    [event] = deployment.asset_events(settings.topic, sl.slice_id)
-    assert event["silver_version"] >= 1
-    before = slice_rows(spark, settings, sl.slice_id)
-    assert sorted(r[0] for r in before["silver"]) == sorted(f"e{i}" for i in range(20))
+    for sl in slices:
+        [event] = deployment.asset_events(settings.topic, sl.slice_id)
+        assert event["silver_version"] >= 1
+    # Every task ran on the Celery worker, on the Airflow host.
+    ran_on = deployment.task_hosts()
+    assert len(ran_on) >= 3 * 5 and set(ran_on.values()) == {airflow_host[1]}, ran_on
 
-    # The UI's "reprocess completed runs": the done interval runs again, the new one for the first time.
-    both = deployment.backfill(start, hour_2 + timedelta(hours=1), reprocess="completed")
-    assert {r.state for r in both.values()} == {"success"}, both
-    assert slice_rows(spark, settings, sl.slice_id) == before
-    slice_ids = sorted(s.slice_id for s in ledger.slices())
-    assert len(slice_ids) == 2
+    # The gate's Data Docs are in the bucket: fetched with the CLI from this host, once
+    # the site the gate rendered on its own disk is gone.
+    docs = ledger.step(slices[0].slice_id, "gate")["data_docs"]
+    assert docs and all(u.startswith(f"{settings.lakehouse}/") for u in docs), docs
+    shutil.rmtree(settings.data_docs_dir)
+    fetched = subprocess.run(
+        [str(VENV_BIN / "slicewise"), "docs", "--slice-id", slices[0].slice_id,
+         "--into", str(tmp_path / "docs")],
+        env=deployment.env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert fetched.returncode == 0, fetched.stderr
+    [page] = [Path(urlparse(u).path) for u in fetched.stdout.split()]
+    assert slices[0].slice_id in page.read_text() and (tmp_path / "docs" / "static").is_dir()
+
+    spark = remote_session(server.url, token=server.token, fresh=True)
+    before = slice_rows(spark, settings, slices[0].slice_id)
     silver = spark.read.format("delta").load(settings.table("silver"))
     assert sorted(r.event_id for r in silver.collect()) == sorted(
-        f"{p}{i}" for p in "ef" for i in range(20)
+        f"{p}{i}" for p in "efg" for i in range(20)
     )
-    assert [len(deployment.asset_events(settings.topic, s)) for s in slice_ids] == [1, 1]
 
-    # The Spark work ran on the cluster, in the one server application, with executors
-    # on its worker; no step started an application of its own.
+    # The UI's "reprocess completed runs" on a done interval: it runs again, changes nothing.
+    again = deployment.backfill(start, hour_2, reprocess="completed")
+    assert {r.state for r in again.values()} == {"success"}, again
+    assert slice_rows(spark, settings, slices[0].slice_id) == before
+    assert len(ledger.slices()) == 3
+    assert [len(deployment.asset_events(settings.topic, s.slice_id)) for s in slices] == [1] * 3
+    spark.stop()
+
+    # The Spark work ran on the cluster, in the one server application, and its tasks on
+    # the other host's executors (Spark's own REST API); no step started an application.
     state = spark_cluster.state()
     assert [a["name"] for a in state["activeapps"]] == ["slicewise-connect"], state
-    assert state["activeapps"][0]["cores"] > 0, state
     assert spark_cluster.completed_apps() == [], state
+    [app] = fetch(spark_api)
+    executors = fetch(f"{spark_api}/{app['id']}/allexecutors")
+    ran = [e for e in executors if e["id"] != "driver" and e["totalTasks"] > 0]
+    _, executor_address = executor_host
+    assert ran and {e["hostPort"].split(":")[0] for e in ran} == {executor_address}, executors
     # Nothing of the pipeline's on local disk: tables and ledger are objects in the bucket.
     assert not (settings.state_dir / "lakehouse").exists()
     assert any(k.startswith("boundaries/") for k in ledger.store.keys("boundaries"))
     # The secret key reached the executors, yet no log of Airflow, the server or the
     # cluster holds it: only the server's 0600 credentials file does.
+    s3 = services.s3
     logs = [p for root in (tmp_path, spark_cluster.home) for p in root.rglob("*") if p.is_file()]
     leaked = [
         p
         for p in logs
-        if p.name != "secrets.properties" and local_s3.secret_key in p.read_text(errors="replace")
+        if p.name != "secrets.properties" and s3.secret_key in p.read_text(errors="replace")
     ]
     assert len(logs) > 10 and leaked == [], leaked
 
 
-def test_executors_import_the_drivers_slicewise_from_the_shipped_zip(spark_cluster, tmp_path):
+def fetch(url: str) -> list:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.load(answer)
+
+
+def test_executors_import_the_drivers_slicewise_from_the_shipped_zip(
+    hosts, spark_cluster, tmp_path
+):
     script = tmp_path / "where.py"
     script.write_text(
         "import json\n"
@@ -154,6 +292,7 @@ def test_executors_import_the_drivers_slicewise_from_the_shipped_zip(spark_clust
         env={
             **classic_env({k: v for k, v in os.environ.items() if k != "SLICEWISE_SPARK_REMOTE"}),
             "PYSPARK_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": hosts.gateway,  # where the executor host dials the driver
         },
         capture_output=True,
         text=True,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -59,26 +58,6 @@ def floor(at: datetime, step: timedelta) -> datetime:
     """The start of the interval of length `step` (dividing the day) that holds `at`."""
     midnight = at.replace(hour=0, minute=0, second=0, microsecond=0)
     return midnight + ((at - midnight) // step) * step
-
-
-def wait_for_scheduled_success(services: AirflowServices, dag_id: str, timeout: float) -> datetime:
-    """The logical date of the DAG's first scheduled run to succeed; fails on a failed one."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with services.db.connect() as conn:
-            runs = conn.execute(
-                text(
-                    "SELECT logical_date, state FROM dag_run"
-                    " WHERE dag_id = :dag AND run_type = 'scheduled' ORDER BY logical_date"
-                ),
-                {"dag": dag_id},
-            ).all()
-        assert all(str(state) != "failed" for _, state in runs), (runs, services.tail())
-        done = [at for at, state in runs if str(state) == "success"]
-        if done:
-            return done[0] if done[0].tzinfo else done[0].replace(tzinfo=timezone.utc)
-        time.sleep(3)
-    raise AssertionError(f"no scheduled run of {dag_id} succeeded in {timeout} s")
 
 
 def test_two_pipelines_from_one_file_are_each_exactly_once(
@@ -153,11 +132,11 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(
             stderr=subprocess.STDOUT,
         )
         try:
-            scheduled = wait_for_scheduled_success(services, dag_ids["orders"], timeout=300)
+            scheduled = services.wait_for_scheduled_success(dag_ids["orders"], timeout=300)
             # Each pipeline's maintenance DAG (daily) ran its latest interval on its own,
             # beside the live slices.
             for s in settings.values():
-                wait_for_scheduled_success(services, s.pipeline.maintenance_dag_id, timeout=300)
+                services.wait_for_scheduled_success(s.pipeline.maintenance_dag_id, timeout=300)
         finally:
             scheduler.terminate()
             scheduler.wait(60)

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
+from slicewise import connect_server
 from slicewise.config import LOCAL_BOOTSTRAP
 from slicewise.connect_server import DEFAULT_PORT
 from slicewise_dev.broker import KAFKA_VERSION
@@ -147,6 +148,20 @@ def test_airflow_components_reach_each_other_and_the_spark_master():
     assert command[command.index("--master") + 1] == conn["host"]
     assert command[command.index("--bind") + 1] == "0.0.0.0"
     assert server["environment"]["SLICEWISE_LAKEHOUSE"] == env["SLICEWISE_LAKEHOUSE"]
+
+
+def test_the_spark_services_are_the_multi_host_recipe_of_the_scale_out_test():
+    """test_scale_out runs the master at an address the other hosts reach, the worker
+    (and its executors) on another host given the master's URL, and the Connect server's
+    driver bound for them with `--driver-host` naming that address. Here each is a
+    service name, which the other containers resolve."""
+    master = SERVICES["spark-master"]["command"]
+    url = f"spark://{master[master.index('--host') + 1]}:{master[master.index('--port') + 1]}"
+    assert url == "spark://spark-master:7077"
+    assert SERVICES["spark-worker"]["command"][-1] == url
+    server = SERVICES["spark-connect"]
+    args = connect_server.parser().parse_args(server["command"][3:])
+    assert (args.master, args.bind, args.driver_host) == (url, "0.0.0.0", server["hostname"])
 
 
 def test_spark_runs_the_daemons_our_cluster_tests_start():

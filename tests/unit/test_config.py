@@ -1,4 +1,5 @@
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -182,3 +183,26 @@ def test_a_pipeline_names_its_own_schedule(tmp_path):
         load_pipelines(path)
     path.write_text(path.read_text().replace("7m", "5m"))
     assert load_pipelines(path)["fast"].schedule == "*/5 * * * *"
+
+
+def test_the_driver_listens_where_the_server_does_and_executors_dial_its_host():
+    from slicewise.connect_server import SparkConnectServer, server_command, server_conf
+
+    alone = server_conf(15002, "local[*]")  # one host: everything on loopback, as before
+    assert (alone["spark.driver.bindAddress"], alone["spark.driver.host"]) == ("127.0.0.1",) * 2
+    shared = server_conf(15002, "spark://10.251.7.1:7077", bind="10.251.7.1")
+    assert shared["spark.driver.host"] == "10.251.7.1"  # the address other hosts reach
+    assert shared["spark.connect.grpc.binding.address"] == "10.251.7.1"
+    container = server_conf(15002, "spark://master:7077", "0.0.0.0", driver_host="spark-connect")
+    assert (container["spark.driver.bindAddress"], container["spark.driver.host"]) == (
+        "0.0.0.0",
+        "spark-connect",
+    )
+    assert "spark.driver.host" not in server_conf(15002, "spark://m:7077", "0.0.0.0")  # Spark's
+    assert SparkConnectServer(Path("/nowhere"), 15002, bind="0.0.0.0").url == "sc://127.0.0.1:15002"
+    assert SparkConnectServer(Path("/nowhere"), 7, bind="10.251.7.1").url == "sc://10.251.7.1:7"
+    # The deployment's own settings win (fixed ports behind a firewall).
+    command = server_command(
+        15002, "local[*]", driver_host="h", extra_conf={"spark.driver.port": "7078"}
+    )
+    assert "spark.driver.port=7078" in command and "spark.driver.host=h" in command

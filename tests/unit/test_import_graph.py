@@ -26,6 +26,7 @@ LAYERS: list[set[str]] = [
     {"kafka.security", "pipelines"},
     {"config", "schemas"},  # schemas: every table's, in one place
     {"store", "contract"},
+    {"data_docs"},  # the gate's pages, kept in the lakehouse's store
     {"faults", "spark", "kafka.offsets", "kafka.consumer_group", "ledger", "transforms"},
     {"windows"},  # a slice's reach in silver: what silver merged, the gate and publish read
     {"planner"},  # the data path, in its order
