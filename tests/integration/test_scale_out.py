@@ -23,11 +23,9 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import functions as F
-from test_airflow_e2e import produce_hour  # same folder, on sys.path under pytest
 
-from slicewise.config import load_settings
+from slicewise.config import Settings, load_settings
 from slicewise.connect_auth import TOKEN_ENV
 from slicewise.connect_server import SparkConnectServer, connect_connection
 from slicewise.ledger import Ledger
@@ -36,12 +34,14 @@ from slicewise_dev.airflow_env import VENV_BIN, airflow_env
 from slicewise_dev.airflow_services import AirflowServices, Celery
 from slicewise_dev.broker import free_ports, running_broker
 from slicewise_dev.netns import Hosts
-from slicewise_dev.producer import TxProducer
 from slicewise_dev.redis import LocalRedis
 from slicewise_dev.s3 import LocalS3
+from slicewise_dev.source import Faults, produce
 from slicewise_dev.spark_cluster import LocalSparkCluster
 
 pytestmark = pytest.mark.integration
+
+FAULTS = Faults(duplicate_rate=0.05, aborted_rate=0.1, malformed_rate=0.05, drift_rate=0.05)
 
 
 @pytest.fixture(scope="module")
@@ -109,48 +109,53 @@ def cluster_server(hosts, spark_cluster, services, tmp_path):
 
 
 @pytest.fixture
-def on_s3(services, cluster_server, tmp_path, request):
+def on_s3(services, cluster_server, tmp_path, request) -> Settings:
     """Settings of a pipeline on the gateway's broker, with its tables and ledger in a
-    bucket (SLICEWISE_LAKEHOUSE=s3a://<bucket>/lakehouse), and its producer."""
-    bootstrap, s3 = services.bootstrap, services.s3
+    bucket (SLICEWISE_LAKEHOUSE=s3a://<bucket>/lakehouse)."""
     server, _ = cluster_server
-    topic = f"scale-out-{abs(hash(request.node.nodeid)) % 10**8}"
-    settings = load_settings(
+    return load_settings(
         {
             **os.environ,
-            "SLICEWISE_KAFKA_BOOTSTRAP": bootstrap,
+            "SLICEWISE_KAFKA_BOOTSTRAP": services.bootstrap,
             "SLICEWISE_SPARK_REMOTE": server.url,
-            "SLICEWISE_TOPIC": topic,
+            "SLICEWISE_TOPIC": f"scale-out-{abs(hash(request.node.nodeid)) % 10**8}",
             "SLICEWISE_STATE_DIR": str(tmp_path / "state"),
-            "SLICEWISE_LAKEHOUSE": f"s3a://{s3.create_bucket('lake')}/lakehouse",
+            "SLICEWISE_LAKEHOUSE": f"s3a://{services.s3.create_bucket('lake')}/lakehouse",
         }
     )
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=3)])[topic].result(timeout=30)
-    producer = {"bootstrap.servers": bootstrap, **settings.kafka_props}
-    return settings, TxProducer(producer, topic, f"tx-{topic}")
+
+
+@dataclass(frozen=True)
+class Stream:
+    hours: list[datetime]
+    committed: set[str]  # the oracle: every committed valid event id of the hours
+    malformed: list[set[tuple[int, int]]]  # (partition, offset) of each hour's malformed records
 
 
 @pytest.fixture
-def hours(on_s3) -> list[datetime]:
-    """Two old hours for a backfill and the latest closed one for the scheduler, each
-    produced (`produce_hour`) before Airflow starts."""
-    _, producer = on_s3
+def stream(on_s3: Settings) -> Stream:
+    """Two old hours for a backfill and the latest closed one for the scheduler, each a
+    faulty stream (slicewise_dev.source: duplicates, aborted transactions, malformed
+    records, a new field) with its oracle, produced before Airflow starts."""
     now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
     hours = [now - timedelta(hours=4), now - timedelta(hours=3), now - timedelta(hours=1)]
-    for hour, prefix in zip(hours, "efg", strict=True):
-        produce_hour(producer, hour, prefix=prefix)
-    return hours
+    made = [
+        produce(on_s3, hour, 1, 60, FAULTS, seed=k, batch=10, id_prefix=f"h{k}-")
+        for k, hour in enumerate(hours)
+    ]
+    return Stream(
+        hours, set().union(*(m.committed_valid for m in made)), [m.malformed for m in made]
+    )
 
 
 @pytest.fixture
 def deployment(
-    hosts, airflow_host, services, on_s3, hours, cluster_server, postgres_url, tmp_path
+    hosts, airflow_host, services, on_s3, stream, cluster_server, postgres_url, tmp_path
 ) -> Iterator[AirflowServices]:
     """api-server (on the gateway) + scheduler + triggerer on PostgreSQL, CeleryExecutor
     with its worker on the Airflow host; spark_connect_default names the server that
     drives the cluster. The DAG runs on its schedule too."""
-    settings, _ = on_s3
+    settings = on_s3
     server, _ = cluster_server
     env = {
         # Nothing but configuration differs from the embedded default.
@@ -188,13 +193,13 @@ def slice_rows(spark, settings, slice_id: str) -> dict[str, list[tuple]]:
 
 
 def test_runs_on_other_hosts_with_tables_on_s3_are_exact(
-    on_s3, hours, spark_cluster, cluster_server, deployment, services, executor_host,
+    on_s3, stream, spark_cluster, cluster_server, deployment, services, executor_host,
     airflow_host, tmp_path,
 ):  # fmt: skip
-    settings, _ = on_s3
+    settings = on_s3
     server, spark_api = cluster_server
     assert settings.lakehouse.startswith("s3a://") and settings.ledger_dir.startswith("s3a://")
-    start, hour_2, latest = hours
+    start, hour_2, latest = stream.hours
     ledger = Ledger(settings.ledger_dir, settings.topic)
 
     # The scheduler's run of the latest closed hour, and a backfill of two old ones.
@@ -205,9 +210,9 @@ def test_runs_on_other_hosts_with_tables_on_s3_are_exact(
     assert [(s.start, s.end) for s in slices] == [
         (at, at + timedelta(hours=1)) for at in (start, hour_2, latest)
     ]
-    gate = ledger.step(slices[0].slice_id, "gate")
-    assert gate["success"] and gate["counts"]["read"] == 22 and gate["counts"]["quarantined"] == 1
-    for sl in slices:
+    for sl, malformed in zip(slices, stream.malformed, strict=True):
+        gate = ledger.step(sl.slice_id, "gate")
+        assert gate["success"] and gate["counts"]["quarantined"] == len(malformed), gate
         [event] = deployment.asset_events(settings.topic, sl.slice_id)
         assert event["silver_version"] >= 1
     # Every task ran on the Celery worker, on the Airflow host.
@@ -231,8 +236,10 @@ def test_runs_on_other_hosts_with_tables_on_s3_are_exact(
     spark = remote_session(server.url, token=server.token, fresh=True)
     before = slice_rows(spark, settings, slices[0].slice_id)
     silver = spark.read.format("delta").load(settings.table("silver"))
-    assert sorted(r.event_id for r in silver.collect()) == sorted(
-        f"{p}{i}" for p in "efg" for i in range(20)
+    assert sorted(r.event_id for r in silver.collect()) == sorted(stream.committed)  # the oracle
+    quarantine = spark.read.format("delta").load(settings.table("quarantine")).collect()
+    assert sorted((r.partition, r.offset) for r in quarantine) == sorted(
+        set().union(*stream.malformed)
     )
 
     # The UI's "reprocess completed runs" on a done interval: it runs again, changes nothing.
