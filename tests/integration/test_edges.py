@@ -5,7 +5,6 @@ backfilled interval plans contiguous slices."""
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -338,16 +337,19 @@ def test_a_replay_under_stricter_rules_withdraws_what_it_now_quarantines(
 PUBLISHED = (2, 0, 1)  # T0's copy published, then A's moves the row 40 days back
 
 
-def test_copies_far_apart_end_as_one_row_in_every_order(
+def test_copies_far_apart_end_as_one_row_in_any_order(
     spark_remote, pipeline_factory, new_topic, tmp_path
 ):
     """Three copies of a key whose event times lie 20 days apart (beyond the 7-day
-    horizon), one in each of three slices: whichever of the six orders the slices run
-    in (each slice planned, ingested and gated before the next), every gate passes and
-    silver ends with one row for the key, the copy at the lowest Kafka position. In the
-    order where a later slice moves the row out of a published date (the latest copy
-    first), each slice is also published: gold counts the key once. Two orders at a
-    time, each in its own session and lakehouse (as two pipelines on one server)."""
+    horizon), one in each of three slices: in whichever order the slices run (each
+    slice planned, ingested and gated before the next), every gate passes and silver
+    ends with one row for the key, the copy at the lowest Kafka position. The three
+    rotations of the order put each copy first, in the middle and last once, so the
+    survivor arrives first, between the others and after both (the other three orders
+    repeat those cases). In the order where a later slice moves the row out of a
+    published date (the latest copy first), each slice is also published: gold counts
+    the key once. The orders run side by side, each in its own session and lakehouse
+    (as pipelines on one server)."""
     topic = new_topic(1)
     spec = tmp_path / "events.yaml"
     spec.write_text(definition(topic))
@@ -356,7 +358,8 @@ def test_copies_far_apart_end_as_one_row_in_every_order(
     for i, occurred in enumerate(far):  # slice i: the copy of `k`, then a key of its own
         producer.send([Record(event_value("k", occurred), 0, at(i + 0.5))])
         producer.send([ev(f"own-{i}", i + 0.6)])
-    runs = [pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(spec))[0] for _ in range(6)]
+    orders = [(0, 1, 2), PUBLISHED, (1, 2, 0)]
+    runs = [pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(spec))[0] for _ in orders]
 
     def run(order: tuple[int, ...], settings) -> tuple:
         session = remote_session(spark_remote, fresh=True)
@@ -374,8 +377,8 @@ def test_copies_far_apart_end_as_one_row_in_every_order(
         finally:
             session.stop()
 
-    with ThreadPoolExecutor(2) as pool:
-        outcomes = list(pool.map(run, itertools.permutations(range(3)), runs))
+    with ThreadPoolExecutor(len(orders)) as pool:
+        outcomes = list(pool.map(run, orders, runs))
     for order, rows, gold in outcomes:
         assert [r for r in rows if r[0] == "k"] == [("k", far[0].replace(tzinfo=None), 0)], order
         assert gold == len(rows) == 4, order
