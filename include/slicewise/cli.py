@@ -24,7 +24,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -227,9 +227,39 @@ def parser() -> argparse.ArgumentParser:
             "--master",
             default=None,
             help="run in-process on this Spark master (default: a client of the "
-            "SLICEWISE_SPARK_REMOTE server when set, else local[*])",
+            "SLICEWISE_SPARK_REMOTE server when set, else of the local server when it "
+            "runs, else local[*])",
         )
     return parser
+
+
+def step_engine(settings: Settings, master: str | None) -> tuple[Settings, str]:
+    """Where a step run by hand does its Spark work, and the words that say so.
+
+    A client of a running Spark Connect server starts in about a second, on an engine
+    whose code paths are already compiled; a driver of its own pays the JVM's start and
+    the first run of every path (tens of seconds on a small slice). So the step uses
+    the configured server, else the local one if it runs, and says which."""
+    from slicewise.connect_auth import redacted
+    from slicewise.connect_server import embedded
+
+    if master:
+        return settings, f"in its own driver on {master} (--master)"
+    if settings.spark_remote:
+        return settings, (
+            f"on the Spark Connect server {redacted(settings.spark_remote)} "
+            "(SLICEWISE_SPARK_REMOTE)"
+        )
+    server = embedded(settings)
+    if server.running():
+        local = replace(settings, spark_remote=server.url, spark_token=server.token)
+        return local, f"on the local Spark Connect server {server.url} (under {server.home})"
+    return settings, (
+        "in its own driver on local[*]: no Spark Connect server is configured "
+        "(SLICEWISE_SPARK_REMOTE) or running here, so Spark starts first (tens of seconds); "
+        "`python -m slicewise.connect_server start` (`make spark-connect-start`) makes "
+        "the next steps start in seconds"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -284,7 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             from slicewise.jobs import run
 
-            run(args.command, args, master=args.master)
+            settings, where = step_engine(settings, args.master)
+            print(f"{args.command}: Spark work {where}", file=sys.stderr, flush=True)
+            run(args.command, args, master=args.master, settings=settings)
     except ConfigError as exc:
         if args.debug:
             raise

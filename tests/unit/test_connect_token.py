@@ -73,3 +73,47 @@ def test_the_airflow_connection_holds_the_token_as_its_password():
     }
     tls = json.loads(connect_connection("sc://proxy:8443/;use_ssl=true", "t0k"))
     assert tls["extra"] == {"use_ssl": True} and tls["host"] == "proxy"
+
+
+def test_a_step_run_by_hand_uses_the_configured_then_the_local_server_and_says_so(
+    tmp_path, monkeypatch
+):
+    """`slicewise ingest ...` without --master: the configured server, else the local one
+    while it runs (its own token), else a driver of its own; the words name which."""
+    import contextlib
+    import os
+    import socket
+
+    from slicewise.cli import step_engine
+    from slicewise.connect_server import DEFAULT_PORT
+
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    env = {"SLICEWISE_STATE_DIR": str(tmp_path), "SLICEWISE_TOPIC": "t"}
+    monkeypatch.setenv("SLICEWISE_STATE_DIR", str(tmp_path))
+    settings = load_settings(env)
+
+    same, where = step_engine(settings, "local[2]")
+    assert same is settings and "own driver on local[2] (--master)" in where
+    same, where = step_engine(settings, None)  # nothing runs under this state folder
+    assert same.spark_remote is None and "own driver on local[*]" in where
+    assert "python -m slicewise.connect_server start" in where
+
+    # The local server runs: its pid file names a live process, its port answers.
+    home = tmp_path / "spark-connect"
+    home.mkdir(exist_ok=True)
+    (home / "server.pid").write_text(str(os.getpid()))
+    with contextlib.ExitStack() as stack:
+        listener = stack.enter_context(socket.socket())
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        with contextlib.suppress(OSError):  # a real local server may hold the port: as good
+            listener.bind(("127.0.0.1", DEFAULT_PORT))
+            listener.listen()
+        local, where = step_engine(settings, None)
+    assert local.spark_remote == f"sc://127.0.0.1:{DEFAULT_PORT}"
+    assert local.spark_token == server_token({}, tmp_path)  # the server's own, from the folder
+    assert f"local Spark Connect server sc://127.0.0.1:{DEFAULT_PORT}" in where
+    assert local.spark_token not in where
+
+    remote = load_settings({**env, "SLICEWISE_SPARK_REMOTE": "sc://spark.example.com:15002"})
+    same, where = step_engine(remote, None)
+    assert same is remote and "sc://spark.example.com:15002 (SLICEWISE_SPARK_REMOTE)" in where
