@@ -29,6 +29,7 @@ def ratios(r: dict) -> dict[str, float]:
                 size["w1"]["warm_seconds"]
             ) / statistics.median(size["w2"]["warm_seconds"])
         out[f"W2/W1 peak memory ({label})"] = size["w2"]["peak_rss"] / size["w1"]["peak_rss"]
+        out[f"W2 peak memory, GiB ({label})"] = size["w2"]["peak_rss"] / 2**30
         if "w1plus" in size:  # the same guarantees by hand
             out[f"W2/W1+ ({label})"] = size["w1plus"]["seconds"] / size["w2"]["seconds"]
             out[f"W2/W1+ peak memory ({label})"] = (
@@ -40,6 +41,8 @@ def ratios(r: dict) -> dict[str, float]:
             )
     if "w1_airflow" in r and "w2_airflow" in r:
         out["W2/W1 via Airflow"] = r["w1_airflow"]["seconds"] / r["w2_airflow"]["seconds"]
+    if "minute" in r:
+        out["one-minute slice, plan to publish, seconds"] = r["minute"]["seconds"]
     first = r["slices"][0]["w2"]
     out["gate share of slice time"] = first["steps"]["gate"] / first["seconds"]
     merges = [m for m in r["w3"]["merges"] if m["horizon"]]
@@ -158,6 +161,15 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
             f"W2 steps on {size['records']:,} records (seconds): "
             + ", ".join(f"{k} {v:.1f}" for k, v in steps.items())
             + ".",
+        ]
+    if "minute" in r:
+        m = r["minute"]
+        lines += [
+            "",
+            f"One-minute slices of ~{m['rows']:,.0f} records on a warm engine, medians of "
+            f"{len(m['runs'])} after 3 (seconds): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in m["steps"].items())
+            + f"; plan to publish {m['seconds']:.2f} ({min(m['runs']):.2f}-{max(m['runs']):.2f}).",
         ]
     if "isolation" in r:
         costs = isolation_costs(r)

@@ -19,6 +19,8 @@ its work, and prints one line `RESULT <json>`. The parent measures peak memory.
               unique over its dates, the counts reconciling) and a gold rebuild of the
               touched hours (replaceWhere)
     w2        ours, calling the jobs directly: plan, ingest, gate, publish (the DAG's steps)
+    minute    one-minute slices (~1,200 records) one after another on a warm engine: the
+              time from plan to publish and each step's, medians over `slices`
     w3        MERGE cost as silver grows: pre-filled to k x the slice, duplicate rates,
               with and without the dedup horizon
 """
@@ -26,6 +28,7 @@ its work, and prints one line `RESULT <json>`. The parent measures peak memory.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -373,7 +376,9 @@ def w2(settings: Settings, params: dict) -> dict:
     return rounds(params, once)
 
 
-def w2_once(spark: SparkSession, settings: Settings, start: datetime) -> dict:
+def w2_once(
+    spark: SparkSession, settings: Settings, start: datetime, end: datetime | None = None
+) -> dict:
     from slicewise.gate import run_gate
     from slicewise.gate_facts import SliceCounts
     from slicewise.ingest import run_ingest
@@ -381,7 +386,8 @@ def w2_once(spark: SparkSession, settings: Settings, start: datetime) -> dict:
     from slicewise.publish import run_publish
 
     steps: dict[str, float] = {}
-    steps["plan"], sl = timed(lambda: plan_slice(settings, start, start + timedelta(hours=1)))
+    end = end or start + timedelta(hours=1)
+    steps["plan"], sl = timed(lambda: plan_slice(settings, start, end))
     sid = sl.slice_id
     steps["ingest"], ingested = timed(lambda: run_ingest(spark, settings, sid))
     steps["gate"], gate = timed(lambda: run_gate(spark, settings, sid))
@@ -392,6 +398,29 @@ def w2_once(spark: SparkSession, settings: Settings, start: datetime) -> dict:
         "rows": ingested.bronze.rows,
         "silver_rows": spark.read.format("delta").load(settings.table("silver")).count(),
         "counts": SliceCounts(**gate["counts"]).describe(),
+    }
+
+
+def minute(settings: Settings, params: dict) -> dict:
+    """One-minute slices on a warm engine (what sets freshness on short schedules):
+    `warmup` slices first, then `slices` more, each planned, ingested, gated and
+    published in turn; each step's median over the measured slices."""
+    spark = session(settings)
+    first = datetime.fromisoformat(params["start"])
+    step = timedelta(minutes=1)
+    runs = []
+    for i in range(params["warmup"] + params["slices"]):
+        at = first + i * step
+        runs.append(w2_once(spark, settings, at, at + step))
+    measured = runs[params["warmup"] :]
+    medians = {
+        name: statistics.median(r["steps"][name] for r in measured) for name in measured[0]["steps"]
+    }
+    return {
+        "seconds": statistics.median(r["seconds"] for r in measured),
+        "steps": medians,
+        "rows": statistics.median(r["rows"] for r in measured),
+        "runs": [r["seconds"] for r in measured],
     }
 
 
@@ -573,6 +602,7 @@ WORKLOADS = {
     "w2": w2,
     "w2avro": w2,
     "w3": w3,
+    "minute": minute,
 }
 
 
