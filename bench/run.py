@@ -48,6 +48,7 @@ from slicewise_dev.source import Faults
 RESULTS = REPO_ROOT / "bench" / "results"
 WORKLOADS = Path(__file__).with_name("workloads.py")
 PARTITIONS = 3
+PARTS = ("w0", "w1", "w1plus", "w2", "w2avro", "airflow", "w3", "isolation", "minute")
 TARGETS = {  # from the issues (issue 52: against the same guarantees by hand, W1+)
     "W2/W1+": (">=", 1.0),
     "W2/W1": (">=", 0.7),
@@ -260,16 +261,21 @@ MINUTE_RECORDS = 1_200  # a one-minute schedule at 20 events a second
 MINUTE_WARMUP = 3
 
 
-def minute_slices(bootstrap: str, cache: Path, work: Path, slices: int) -> dict:
-    """W2 on one-minute slices of ~1,200 records each, one after another in one warm
-    process (bench/workloads.py `minute`): per-step medians of the last `slices`."""
-    env = {
+def bench_env(bootstrap: str, state: Path, topic: str, cache: Path) -> dict[str, str]:
+    """A workload's settings: the bench's broker and jar cache, its own state and topic."""
+    return {
         "SLICEWISE_KAFKA_BOOTSTRAP": bootstrap,
-        "SLICEWISE_STATE_DIR": str(work / "minute"),
-        "SLICEWISE_TOPIC": "bench-minute",
+        "SLICEWISE_STATE_DIR": str(state),
+        "SLICEWISE_TOPIC": topic,
         "SLICEWISE_CACHE_DIR": str(cache),
         "SLICEWISE_GRACE_SECONDS": "0",
     }
+
+
+def minute_slices(bootstrap: str, cache: Path, work: Path, slices: int) -> dict:
+    """W2 on one-minute slices of ~1,200 records each, one after another in one warm
+    process (bench/workloads.py `minute`): per-step medians of the last `slices`."""
+    env = bench_env(bootstrap, work / "minute", "bench-minute", cache)
     count = MINUTE_WARMUP + slices
     first = (datetime.now(timezone.utc) - timedelta(minutes=count + 5)).replace(
         second=0, microsecond=0
@@ -334,7 +340,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=("w0", "w1", "w1plus", "w2", "w2avro", "airflow", "w3", "isolation", "minute"),
+        choices=PARTS,
         help="a subset (no report)",
     )
     parser.add_argument(
@@ -345,9 +351,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="slicewise-bench-"))
     cores = os.cpu_count() or 1
-    chosen = set(
-        args.only or ("w0", "w1", "w1plus", "w2", "w2avro", "airflow", "w3", "isolation", "minute")
-    )
+    chosen = set(args.only or PARTS)
     start = (datetime.now(timezone.utc) - timedelta(hours=2)).replace(
         minute=0, second=0, microsecond=0
     )
@@ -363,13 +367,7 @@ def main() -> None:
         for n in args.records:
 
             def env_for(name: str, n: int = n) -> dict[str, str]:
-                env = {
-                    "SLICEWISE_KAFKA_BOOTSTRAP": broker.bootstrap,
-                    "SLICEWISE_STATE_DIR": str(work / str(n) / name),
-                    "SLICEWISE_TOPIC": f"bench-{n}",
-                    "SLICEWISE_CACHE_DIR": str(cache),
-                    "SLICEWISE_GRACE_SECONDS": "0",
-                }
+                env = bench_env(broker.bootstrap, work / str(n) / name, f"bench-{n}", cache)
                 if name.startswith("w2avro") and registry is not None:
                     env |= {
                         "SLICEWISE_TOPIC": f"bench-avro-{n}",

@@ -4,9 +4,13 @@ tests/integration)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
 import stat
 
+from slicewise.cli import step_engine
 from slicewise.config import load_settings
 from slicewise.connect_auth import (
     TOKEN_ENV,
@@ -16,7 +20,7 @@ from slicewise.connect_auth import (
     server_token,
     token_file,
 )
-from slicewise.connect_server import connect_connection
+from slicewise.connect_server import DEFAULT_PORT, connect_connection
 
 
 def test_plain_loopback_sends_the_token_as_the_header_the_server_checks():
@@ -80,13 +84,6 @@ def test_a_step_run_by_hand_uses_the_configured_then_the_local_server_and_says_s
 ):
     """`slicewise ingest ...` without --master: the configured server, else the local one
     while it runs (its own token), else a driver of its own; the words name which."""
-    import contextlib
-    import os
-    import socket
-
-    from slicewise.cli import step_engine
-    from slicewise.connect_server import DEFAULT_PORT
-
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     env = {"SLICEWISE_STATE_DIR": str(tmp_path), "SLICEWISE_TOPIC": "t"}
     monkeypatch.setenv("SLICEWISE_STATE_DIR", str(tmp_path))
