@@ -7,19 +7,25 @@ it. A marker under `<state>/faults/` remembers that the fault fired, so the
 retry runs clean, which is exactly what a crash followed by an Airflow retry
 looks like. Nothing sets the variable in production.
 
-Points: plan.resolved, bronze.committed, silver.quarantined, silver.merged,
-gate.validated, publish.gold_written, announce.recorded. The `ingest` step passes
-bronze's point and then silver's two.
+Points: plan.resolved, bronze.committed, silver.quarantined, silver.probed,
+silver.merged, gate.validated, publish.gold_written, announce.recorded. The `ingest`
+step passes bronze's point and then silver's three; `silver.probed` (between the
+probe of silver and its insert-only MERGE) only when the probe found no stored copy
+beaten.
 
 `SLICEWISE_FAULT_ACTION=kill` (the chaos suite) sends SIGKILL to the whole process
 group instead: a `spark-submit` started in its own session dies like a driver under
-`kill -9`, with no `finally`, no shutdown hook and no exit code of its own.
+`kill -9`, with no `finally`, no shutdown hook and no exit code of its own. `SLICEWISE_FAULT_ACTION=wait` pauses there instead, until
+the test that set it creates the marker's `.resume` file beside it (a racing writer's
+moment: the chaos suite commits a copy of the slice's key between the probe and the
+MERGE).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 from slicewise.config import ConfigError, Settings
 
@@ -27,6 +33,7 @@ POINTS = (
     "plan.resolved",
     "bronze.committed",
     "silver.quarantined",
+    "silver.probed",
     "silver.merged",
     "gate.validated",
     "publish.gold_written",
@@ -44,8 +51,8 @@ def fault_point(point: str, settings: Settings, slice_id: str) -> None:
     if unknown := wanted.difference(POINTS):
         raise ConfigError(f"SLICEWISE_FAULTS names unknown points {sorted(unknown)}; use {POINTS}.")
     action = os.environ.get("SLICEWISE_FAULT_ACTION", "raise")
-    if action not in ("raise", "kill"):
-        raise ConfigError(f"SLICEWISE_FAULT_ACTION={action!r}; use 'raise' or 'kill'.")
+    if action not in ("raise", "kill", "wait"):
+        raise ConfigError(f"SLICEWISE_FAULT_ACTION={action!r}; use 'raise', 'kill' or 'wait'.")
     if point not in wanted:
         return
     marker = settings.state_dir / "faults" / f"{point}-{slice_id}"
@@ -53,6 +60,11 @@ def fault_point(point: str, settings: Settings, slice_id: str) -> None:
         return
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.touch()
+    if action == "wait":
+        resume = marker.with_name(marker.name + ".resume")
+        while not resume.exists():
+            time.sleep(0.1)
+        return
     if action == "kill":
         os.killpg(os.getpgrp(), signal.SIGKILL)
     raise InjectedFault(f"injected fault at {point} for slice {slice_id} (SLICEWISE_FAULTS)")

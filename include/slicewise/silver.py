@@ -41,6 +41,7 @@ from slicewise.tables import (
     conform,
     delta_ref,
     of_slice,
+    read_version,
     retry_on_conflict,
     side_by_side,
     table_exists,
@@ -105,8 +106,11 @@ def parsed_slice(spark: SparkSession, settings: Settings, slice_id: str) -> Data
 
 
 @contextmanager
-def idempotent_dml(spark: SparkSession, app_id: str) -> Iterator[None]:
+def idempotent_dml(spark: SparkSession, app_id: str | None) -> Iterator[None]:
     """Delta skips the DML if this app id already committed, and fences racers."""
+    if app_id is None:
+        yield
+        return
     spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
     spark.conf.set("spark.databricks.delta.write.txnVersion", "0")
     try:
@@ -114,6 +118,19 @@ def idempotent_dml(spark: SparkSession, app_id: str) -> Iterator[None]:
     finally:
         spark.conf.unset("spark.databricks.delta.write.txnAppId")
         spark.conf.unset("spark.databricks.delta.write.txnVersion")
+
+
+@contextmanager
+def commit_tag(spark: SparkSession, attempt: str) -> Iterator[None]:
+    """The DML's commit carries `attempt` in its userMetadata (found by `read_version`)."""
+    if not attempt:
+        yield
+        return
+    spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", attempt)
+    try:
+        yield
+    finally:
+        spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
 
 
 def ensure_silver(spark: SparkSession, path: str, pipeline: Pipeline) -> None:
@@ -184,10 +201,22 @@ def merge_into_silver(
     events: DataFrame,
     reach: Reach,
     app_id: str | None,
+    probed: Callable[[], None] = lambda: None,
 ) -> None:
     """Insert new keys; replace a stored copy only by one the survivor rule prefers.
 
-    With an `app_id` the MERGE commits at most once for it (and fences racers);
+    Most slices replace nothing, so a probe of silver (at version v) asks first whether
+    any event beats its stored copy. If none does, an insert-only MERGE adds the new
+    keys: Delta joins for the unmatched keys alone and touches no stored file, where
+    the full MERGE looks for files to rewrite and writes deletion vectors. The probe
+    holds only for version v, so the MERGE is pinned to it: unless its commit read
+    version v (Delta's conflict check covers what commits after that), a writer came
+    in between, or Delta skipped the MERGE as committed by an earlier attempt (which
+    may have been insert-only); silver as it is then gets the probe again, and a copy
+    still beaten is replaced by the full MERGE, idempotent by content. `probed` runs
+    between the probe and an insert-only MERGE (a fault point).
+
+    With an `app_id` the first MERGE commits at most once for it (and fences racers);
     without, it is still idempotent by content, which quarantine replay relies on.
     """
     ensure_silver(spark, path, pipeline)
@@ -195,24 +224,43 @@ def merge_into_silver(
     # Spark Connect, which carries SQL but not Delta's Python API.
     source = f"slice_events_{uuid.uuid4().hex}"
     events.createOrReplaceTempView(source)
-    merge = (
-        f"MERGE INTO {delta_ref(path)} AS t USING {source} AS s "
-        f"ON {reach.sql('t.event_date')} AND {key_match_sql(pipeline)} "
-        f"WHEN MATCHED AND {beats_sql(pipeline)} THEN UPDATE SET * "
-        "WHEN NOT MATCHED THEN INSERT *"
-    )
+    on = f"{reach.sql('t.event_date')} AND {key_match_sql(pipeline)}"
+    insert = "WHEN NOT MATCHED THEN INSERT *"
+    replace = f"WHEN MATCHED AND {beats_sql(pipeline)} THEN UPDATE SET * {insert}"
+
+    def beaten(version: int | None) -> bool:
+        at = "" if version is None else f" VERSION AS OF {version}"
+        probe = (
+            f"SELECT 1 FROM {delta_ref(path)}{at} AS t JOIN {source} AS s "
+            f"ON {on} WHERE {beats_sql(pipeline)} LIMIT 1"
+        )
+        return spark.sql(probe).first() is not None
+
+    def merge(clauses: str, app_id: str | None, attempt: str = "") -> None:
+        statement = f"MERGE INTO {delta_ref(path)} AS t USING {source} AS s ON {on} {clauses}"
+        with idempotent_dml(spark, app_id), commit_tag(spark, attempt):
+            spark.sql(statement).collect()
+
     try:
-        if app_id is None:
-            spark.sql(merge).collect()
-        else:
-            with idempotent_dml(spark, app_id):
-                spark.sql(merge).collect()
+        version = table_version(spark, path)
+        clauses = replace if beaten(version) else insert
+        if clauses == insert:
+            probed()
+        attempt = f"slicewise-merge-{uuid.uuid4().hex}"
+        merge(clauses, app_id, attempt)
+        if read_version(spark, path, attempt) != version and beaten(None):
+            log.info("silver at %s: a copy stored since the probe is beaten; replacing it", path)
+            merge(replace, None)
     finally:
         spark.catalog.dropTempView(source)
 
 
 def merge_survivors(
-    spark: SparkSession, settings: Settings, kept: DataFrame, app_id: str | None
+    spark: SparkSession,
+    settings: Settings,
+    kept: DataFrame,
+    app_id: str | None,
+    probed: Callable[[], None] = lambda: None,
 ) -> Reach | None:
     """MERGE a slice's survivors into silver within their reach (the horizon window of
     their event dates and the far dates of their keys); return that reach (None, and no
@@ -238,6 +286,7 @@ def merge_survivors(
         conform(kept, silver_schema(pipeline)),
         reach,
         app_id,
+        probed,
     )
     return reach
 
@@ -320,7 +369,13 @@ def write_slice(
 
     def ids_then_merge() -> Reach | None:
         store(slice_ids(kept, pipeline), "slice_ids")
-        return merge_survivors(spark, settings, kept, merge_id)
+        return merge_survivors(
+            spark,
+            settings,
+            kept,
+            merge_id,
+            lambda: fault_point("silver.probed", settings, slice_id),
+        )
 
     try:
         if quarantine_last:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -110,18 +110,23 @@ def conform(df: DataFrame, schema: StructType) -> DataFrame:
     return df.select([df[f.name].cast(f.dataType).alias(f.name) for f in schema.fields])
 
 
+def tagged_commit(spark: SparkSession, path: str, attempt: str, recent: int = 50) -> Row | None:
+    """The history row of the commit that carries `attempt` in its userMetadata, among the
+    table's last `recent` commits; None if there is none: a write with an idempotent-write
+    id whose version was already committed returns normally without committing anything."""
+    return history(spark, path, recent).where(F.col("userMetadata").contains(attempt)).first()
+
+
 def commit_metrics(spark: SparkSession, path: str, attempt: str, recent: int = 50) -> dict | None:
-    """The operation metrics of the commit that carries `attempt` in its userMetadata,
-    among the table's last `recent` commits; None if there is none: a write with an
-    idempotent-write id whose version was already committed returns normally without
-    committing anything."""
-    commit = (
-        history(spark, path, recent)
-        .where(F.col("userMetadata").contains(attempt))
-        .select("operationMetrics")
-        .first()
-    )
+    """The operation metrics of the commit that carries `attempt` (`tagged_commit`)."""
+    commit = tagged_commit(spark, path, attempt, recent)
     return None if commit is None else dict(commit["operationMetrics"] or {})
+
+
+def read_version(spark: SparkSession, path: str, attempt: str) -> int | None:
+    """The version the commit that carries `attempt` read (`tagged_commit`)."""
+    commit = tagged_commit(spark, path, attempt)
+    return None if commit is None or commit["readVersion"] is None else int(commit["readVersion"])
 
 
 # Delta's commit conflicts, by error condition: over Spark Connect they arrive as

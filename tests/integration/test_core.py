@@ -18,15 +18,19 @@ from slicewise import bronze as bronze_module
 from slicewise import cli
 from slicewise import silver as silver_module
 from slicewise.bronze import run_bronze
+from slicewise.faults import InjectedFault
 from slicewise.gate_facts import slice_counts
 from slicewise.ingest import run_ingest
 from slicewise.kafka.offsets import TopicOffsets
 from slicewise.ledger import Ledger
+from slicewise.pipelines import load_pipelines
 from slicewise.planner import IntervalNotClosed, StuckTransaction, plan_slice
+from slicewise.schemas import silver_schema
 from slicewise.silver import run_silver
 from slicewise.slices import DataLossError
 from slicewise.spark import remote_session
 from slicewise.tables import delta_ref, table_properties
+from slicewise.windows import Reach
 from slicewise_dev.producer import Record, TxProducer, event_value
 
 pytestmark = pytest.mark.integration
@@ -270,6 +274,62 @@ def test_reverse_order_gives_the_same_silver(spark, pipeline, pipeline_factory):
     for h in reversed(range(4)):
         run_slice(spark, reverse, h, h + 1)
     assertDataFrameEqual(table(spark, reverse, "silver"), table(spark, settings, "silver"))
+
+
+def copies_of(spark, *copies: tuple[str, int, int]):
+    """Silver rows of the example definition: (event_id, partition, offset) each."""
+    events = load_pipelines()["events"]
+    rows = [(i, "click", at(0), "{}", at(0).date(), p, o, at(0), "slice") for i, p, o in copies]
+    return events, spark.createDataFrame(rows, silver_schema(events))
+
+
+@pytest.mark.parametrize("racer, kept", [((0, 10**9), (0, 5)), ((0, 1), (0, 1))])
+def test_a_copy_committed_between_the_probe_and_the_insert_only_merge(spark, tmp_path, racer, kept):
+    """The probe found nothing beaten, then another writer stored a copy of a key before
+    the insert-only MERGE read silver: a copy ours beats is replaced, a better one stays."""
+    path, reach = str(tmp_path / "silver"), Reach((at(0).date(), at(0).date()))
+    events, ours = copies_of(spark, ("k", 0, 5), ("other", 1, 7))
+    _, copy = copies_of(spark, ("k", *racer))
+
+    def racing_writer() -> None:
+        copy.write.format("delta").mode("append").save(path)
+
+    silver_module.merge_into_silver(spark, path, events, ours, reach, "slice-a", racing_writer)
+    stored = spark.read.format("delta").load(path)
+    assert sorted((r.event_id, r.kafka_partition, r.kafka_offset) for r in stored.collect()) == [
+        ("k", *kept),
+        ("other", 1, 7),
+    ]
+
+
+def test_a_retry_after_an_insert_only_merge_replaces_a_copy_its_probe_missed(
+    spark, tmp_path, monkeypatch
+):
+    """An attempt's insert-only MERGE committed after a racer stored a worse copy, and the
+    attempt died before its second probe: Delta skips the retry's MERGE (same id), so the
+    retry finds the beaten copy on its own and replaces it."""
+    path, reach = str(tmp_path / "silver"), Reach((at(0).date(), at(0).date()))
+    events, ours = copies_of(spark, ("k", 0, 5))
+    _, worse = copies_of(spark, ("k", 2, 9))
+
+    def died(*_):
+        raise InjectedFault("the attempt died after its MERGE committed")
+
+    with monkeypatch.context() as m:
+        m.setattr(silver_module, "read_version", died)
+        with pytest.raises(InjectedFault):
+            silver_module.merge_into_silver(
+                spark,
+                path,
+                events,
+                ours,
+                reach,
+                "slice-a",
+                lambda: worse.write.format("delta").mode("append").save(path),
+            )
+    silver_module.merge_into_silver(spark, path, events, ours, reach, "slice-a")
+    stored = spark.read.format("delta").load(path)
+    assert [(r.kafka_partition, r.kafka_offset) for r in stored.collect()] == [(0, 5)]
 
 
 def test_every_malformed_kind_is_quarantined_and_counts_reconcile(spark, pipeline):
