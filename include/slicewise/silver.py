@@ -228,13 +228,15 @@ def merge_into_silver(
     insert = "WHEN NOT MATCHED THEN INSERT *"
     replace = f"WHEN MATCHED AND {beats_sql(pipeline)} THEN UPDATE SET * {insert}"
 
-    def beaten(version: int | None) -> bool:
+    def beaten(version: int | None) -> int:
+        """How many stored copies an event beats (in silver at `version`, else as it is)."""
         at = "" if version is None else f" VERSION AS OF {version}"
+        # A count, not LIMIT 1: a limit scans partitions in growing rounds, a job each.
         probe = (
-            f"SELECT 1 FROM {delta_ref(path)}{at} AS t JOIN {source} AS s "
-            f"ON {on} WHERE {beats_sql(pipeline)} LIMIT 1"
+            f"SELECT count(*) FROM {delta_ref(path)}{at} AS t JOIN {source} AS s "
+            f"ON {on} WHERE {beats_sql(pipeline)}"
         )
-        return spark.sql(probe).first() is not None
+        return int(spark.sql(probe).first()[0])
 
     def merge(clauses: str, app_id: str | None, attempt: str = "") -> None:
         statement = f"MERGE INTO {delta_ref(path)} AS t USING {source} AS s ON {on} {clauses}"
@@ -243,7 +245,9 @@ def merge_into_silver(
 
     try:
         version = table_version(spark, path)
-        clauses = replace if beaten(version) else insert
+        replaced = beaten(version)
+        log.info("silver at %s: %d stored copies beaten at version %d", path, replaced, version)
+        clauses = replace if replaced else insert
         if clauses == insert:
             probed()
         attempt = f"slicewise-merge-{uuid.uuid4().hex}"
