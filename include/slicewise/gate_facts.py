@@ -2,9 +2,9 @@
 
 read = quarantined + duplicates_in_slice + inserted + duplicates_in_silver,
 and no valid key of the slice may be missing from silver. Computing this
-from bronze, quarantine, the slice's ids and (the slice's reach in) silver,
-rather than from a MERGE's metrics, gives the same answer on every rerun and in
-any order. No parse: silver keeps the slice's ids (`transforms.slice_ids`), and
+from quarantine, the slice's ids and (the slice's reach in) silver, rather than
+from a MERGE's metrics, gives the same answer on every rerun and in any order;
+`read` is bronze's own commit's row count (bronze appends a slice exactly once). No parse: silver keeps the slice's ids (`transforms.slice_ids`), and
 the gate and replay count with the same query (`slice_facts`).
 """
 
@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from slicewise.config import Settings
+from slicewise.ledger import Ledger
 from slicewise.schemas import BRONZE, KAFKA_POSITION, QUARANTINE, required_columns
 from slicewise.tables import of_slice, side_by_side
 from slicewise.windows import Reach, reach_of, recorded_ids, silver_window, window_of
@@ -95,7 +96,7 @@ def slice_facts(
     )  # fmt: skip
     found_row, read, quarantined = side_by_side(
         lambda: found.first(),
-        lambda: of_slice(spark, settings.table("bronze"), BRONZE, slice_id).count(),
+        lambda: bronze_rows(spark, settings, slice_id),
         lambda: of_slice(spark, settings.table("quarantine"), QUARANTINE, slice_id).count(),
     )
     facts = {k: int(v) for k, v in found_row.asDict().items()}
@@ -110,6 +111,17 @@ def slice_facts(
     facts["duplicate_keys"] = facts["silver_rows"] - found_keys
     facts["elsewhere"] = facts["silver_rows"] - facts["inserted"]
     return reach, facts
+
+
+def bronze_rows(spark: SparkSession, settings: Settings, slice_id: str) -> int:
+    """The slice's rows in bronze: as its one commit's metrics gave them to the ledger
+    (`bronze.commit_bronze`; bronze appends a slice once and nothing changes its rows
+    but retention, which refuses the gate), else counted (a slice ingested before the
+    ledger kept them)."""
+    recorded = Ledger(settings.ledger_dir, settings.topic).step(slice_id, "bronze")
+    if recorded is not None and "rows" in recorded:
+        return int(recorded["rows"])
+    return of_slice(spark, settings.table("bronze"), BRONZE, slice_id).count()
 
 
 def counts_of(slice_id: str, facts: dict[str, int]) -> SliceCounts:
