@@ -39,8 +39,12 @@ def ratios(r: dict) -> dict[str, float]:
             out[f"W2 on JSON / W2 on Avro ({label})"] = (
                 size["w2"]["seconds"] / size["w2avro"]["seconds"]
             )
-    if "w1_airflow" in r and "w2_airflow" in r:
-        out["W2/W1 via Airflow"] = r["w1_airflow"]["seconds"] / r["w2_airflow"]["seconds"]
+    for baseline, name in (
+        ("w1_airflow", "W2/W1 via Airflow"),
+        ("w1plus_airflow", "W2/W1+ via Airflow"),
+    ):
+        if baseline in r and "w2_airflow" in r:
+            out[name] = r[baseline]["seconds"] / r["w2_airflow"]["seconds"]
     if "minute" in r:
         out["one-minute slice, plan to publish, seconds"] = r["minute"]["seconds"]
     first = r["slices"][0]["w2"]
@@ -120,6 +124,7 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
         "LocalExecutor), steps on a warm Spark Connect server",
         "w1_airflow": "W1 via Airflow | one scheduled run of a DAG whose one task "
         "spark-submits W1's job, on the same Airflow set-up",
+        "w1plus_airflow": "W1+ via Airflow | the same for W1+'s job",
     }
     for key, text in scheduled.items():
         if key in r:

@@ -54,6 +54,7 @@ TARGETS = {  # from the issues (issue 52: against the same guarantees by hand, W
     "W2/W1": (">=", 0.7),
     "W2/W1+ peak memory": ("<=", 1.25),
     "W2 peak memory, GiB": ("<=", 4.0),
+    "W2/W1+ via Airflow": (">=", 1.2),
     "one-minute slice, plan to publish, seconds": ("<=", 5.0),
     "W2/W0": (">=", 0.3),
     "MERGE 100x / 1x": ("<=", 1.2),
@@ -224,12 +225,12 @@ def airflow_run(settings: Settings, start: datetime, work: Path) -> dict:
     return {"seconds": run.seconds, "wall": wall, "peak_rss": peak, "rows": rows}
 
 
-def airflow_w1_run(settings: Settings, start: datetime, work: Path) -> dict:
-    """W1 as teams schedule it, on the same Airflow set-up as W2's scheduled run: one
-    backfilled run of `bench/dags/bench_w1.py`, whose one task spark-submits the same
-    AvailableNow job (a new application, so a JVM start, per run). Same figures as
-    `airflow_run`."""
-    root = work / "w1-airflow"
+def airflow_w1_run(settings: Settings, start: datetime, work: Path, workload: str = "w1") -> dict:
+    """W1 (or W1+: `workload` "w1plus") as teams schedule it, on the same Airflow set-up as
+    W2's scheduled run: one backfilled run of `bench/dags/bench_w1.py`'s DAG for it, whose
+    one task spark-submits the same AvailableNow job (a new application, so a JVM start,
+    per run). Same figures as `airflow_run`."""
+    root, dag_id = work / f"{workload}-airflow", f"bench_{workload}"
     # Classic: this process opened a Connect session for W2's run, which marks its children.
     env = {
         **classic_env(airflow_env(settings)),
@@ -237,21 +238,23 @@ def airflow_w1_run(settings: Settings, start: datetime, work: Path) -> dict:
         "AIRFLOW_VAR_BENCH_W1_ROOT": str(root),
         "PYSPARK_PYTHON": sys.executable,
     }
-    with AirflowServices(env, work / "airflow-w1-logs", dag_ids=("bench_w1",)) as services:
-        print(f"[{datetime.now():%H:%M:%S}] w1 through Airflow ...", flush=True)
+    with AirflowServices(env, work / f"airflow-{workload}-logs", dag_ids=(dag_id,)) as services:
+        print(f"[{datetime.now():%H:%M:%S}] {workload} through Airflow ...", flush=True)
         rss = PeakRss(services.pid("scheduler"))
         t0 = time.perf_counter()
         runs = services.backfill(
-            start, start + timedelta(hours=1), until_closed=False, dag_id="bench_w1"
+            start, start + timedelta(hours=1), until_closed=False, dag_id=dag_id
         )
         wall, peak = time.perf_counter() - t0, rss.stop()
     (run,) = runs.values()
     merged = list(root.glob("*/silver/_delta_log/00000000000000000001.json"))  # its MERGE
     if run.state != "success" or not merged:
-        raise SystemExit(f"W1's DAG run failed ({run.state}); see {work / 'airflow-w1-logs'}")
+        raise SystemExit(
+            f"{workload}'s DAG run failed ({run.state}); see {work / f'airflow-{workload}-logs'}"
+        )
     print(
-        f"[{datetime.now():%H:%M:%S}] w1 through Airflow: run {run.seconds:.0f}s, {wall:.0f}s "
-        "from `backfill create`",
+        f"[{datetime.now():%H:%M:%S}] {workload} through Airflow: run {run.seconds:.0f}s, "
+        f"{wall:.0f}s from `backfill create`",
         flush=True,
     )
     return {"seconds": run.seconds, "wall": wall, "peak_rss": peak}
@@ -400,9 +403,10 @@ def main() -> None:
                 results["w2_airflow"] = airflow_run(
                     load_settings(env_for("w2-airflow")), start, work
                 )
-                results["w1_airflow"] = airflow_w1_run(
-                    load_settings(env_for("w1-airflow")), start, work
-                )
+                for baseline in ("w1", "w1plus"):
+                    results[f"{baseline}_airflow"] = airflow_w1_run(
+                        load_settings(env_for(f"{baseline}-airflow")), start, work, baseline
+                    )
             if first and "w3" in chosen:
                 results["w3"] = workload(
                     "w3",

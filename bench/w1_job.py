@@ -1,6 +1,7 @@
-"""W1 as teams schedule it: the bench's AvailableNow job (`workloads.w1_once`, the same
-code W1 runs) as one spark-submit application, started by the one task of
-`bench/dags/bench_w1.py`. Prints `RESULT <json>` like the other workloads."""
+"""W1 or W1+ as teams schedule them: the bench's AvailableNow job (`workloads.w1_once` or
+`w1plus_once`, the same code the bench runs in process) as one spark-submit
+application, started by the one task of a DAG of `bench/dags/bench_w1.py`. Prints
+`RESULT <json>` like the other workloads."""
 
 from __future__ import annotations
 
@@ -9,17 +10,20 @@ import json
 from pathlib import Path
 
 from pyspark.sql import SparkSession
-from workloads import w1_once  # bench/, where spark-submit runs this script from
+from workloads import w1_once, w1plus_once  # bench/, where spark-submit runs this from
 
 from slicewise.config import load_settings
+
+JOBS = {"w1": w1_once, "w1plus": w1plus_once}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="bench/w1_job.py")
-    parser.add_argument("--root", required=True, help="folder of this run's bronze and silver")
+    parser.add_argument("--root", required=True, help="folder of this run's tables")
+    parser.add_argument("--workload", choices=JOBS, default="w1")
     args = parser.parse_args()
-    spark = SparkSession.builder.appName("bench-w1").getOrCreate()  # spark-submit's settings
-    result = w1_once(spark, load_settings(), Path(args.root))
+    spark = SparkSession.builder.appName(f"bench-{args.workload}").getOrCreate()  # its settings
+    result = JOBS[args.workload](spark, load_settings(), Path(args.root))
     print("RESULT " + json.dumps(result), flush=True)
 
 

@@ -34,6 +34,7 @@ SCENARIOS = {
     "maintenance": "maintenance beside each step of a backfill",
     "mixed": "mixed: a random strike per step",
     "failed-gate": "a failed gate holds the next slice's publication",
+    "racing-copy": "a copy of a key stored between silver's probe and its MERGE",
     "worker-killed": "Celery worker's host killed mid-ingest, retried on a new worker",
 }
 

@@ -307,8 +307,9 @@ STRIKES: dict[str, Strike] = {
 }
 MIXED = "mixed"
 FAILED_GATE = "failed-gate"  # a slice's gate fails while the next one arrives (mixed strikes)
+RACING_COPY = "racing-copy"  # a writer stores a copy of a key between silver's probe and MERGE
 WORKER_KILLED = "worker-killed"  # through Airflow: a CeleryExecutor worker on another host
-assert set(SCENARIOS) == {*STRIKES, MIXED, FAILED_GATE, WORKER_KILLED}
+assert set(SCENARIOS) == {*STRIKES, MIXED, FAILED_GATE, RACING_COPY, WORKER_KILLED}
 
 
 def chosen_scenarios() -> list[str]:
@@ -437,6 +438,53 @@ def held_back(
     return a, b
 
 
+def racing_copy(spark, sl: Slice, rng: random.Random, row: Row) -> None:
+    """Silver's insert-only MERGE against a racer. The first `ingest` stops between its
+    probe of silver (nothing beaten) and its MERGE (`silver.probed`, the `wait` action);
+    then another writer stores a copy of one of the slice's keys, as a slice holding
+    another copy would: a copy the slice's beats (a higher position, most runs) must be
+    replaced, a better one (the key's first record in its partition) must stay. The
+    ingest goes on, its retries and the other steps run clean, and silver must hold
+    exactly the winner of the two."""
+    from slicewise.silver import parsed_slice
+    from slicewise.transforms import survivors, valid_events
+
+    sl.retry_until_done("plan")
+    marker = sl.settings.state_dir / "faults" / f"silver.probed-{sl.slice_id}"
+    first = sl.launch(
+        "ingest", {"SLICEWISE_FAULTS": "silver.probed", "SLICEWISE_FAULT_ACTION": "wait"}
+    )
+    while not marker.exists() and first.poll() is None:
+        time.sleep(0.2)
+    assert marker.exists(), "the ingest ended without reaching its insert-only MERGE"
+    pipeline, silver_path = sl.settings.pipeline, sl.settings.table("silver")
+    parsed = parsed_slice(spark, sl.settings, sl.slice_id)
+    ours = (
+        survivors(valid_events(parsed, pipeline), pipeline)
+        .where(F.col("kafka_offset") > 0)
+        .orderBy("event_id")
+        .first()
+    )
+    parsed.unpersist()
+    beaten = rng.random() < 0.75
+    position = (ours.kafka_partition, POSITION_OF_A_BAD_COPY if beaten else 0)
+    columns = spark.read.format("delta").load(silver_path).schema
+    racer = {**ours.asDict(), "kafka_offset": position[1], "slice_id": "racer"}
+    copy = spark.createDataFrame([tuple(racer[c.name] for c in columns)], columns)
+    copy.write.format("delta").mode("append").save(silver_path)
+    marker.with_name(marker.name + ".resume").touch()
+    if first.wait(timeout=900) == 0:
+        sl.done("ingest")
+    else:
+        sl.retry_until_done("ingest")
+    for step in ("gate", "publish"):
+        sl.retry_until_done(step)
+    stored = spark.read.format("delta").load(silver_path).where(F.col("event_id") == ours.event_id)
+    winner = (ours.kafka_partition, ours.kafka_offset) if beaten else position
+    assert [(r.kafka_partition, r.kafka_offset) for r in stored.collect()] == [winner]
+    row.struck += 1
+
+
 def compare_with_oracle(spark, sl: Slice, manifest: Manifest, row: Row) -> None:
     table = sl.settings.table
     silver = [r.event_id for r in spark.read.format("delta").load(table("silver")).collect()]
@@ -557,7 +605,10 @@ def strike_run(
         start += timedelta(hours=1)
     sl = Slice(settings, chaos_broker, chaos_server, start, logs)
     sl.env.update(env)
-    row.struck += strike(scenario, sl, rng)
+    if scenario == RACING_COPY:
+        racing_copy(spark, sl, rng, row)
+    else:
+        row.struck += strike(scenario, sl, rng)
     compare_with_oracle(spark, sl, manifest, row)
 
 
