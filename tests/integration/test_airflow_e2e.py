@@ -181,11 +181,12 @@ def test_a_failure_in_every_task_then_its_retry_ends_exactly_right(spark, dag_en
     fired = sorted(p.name.split("-")[0] for p in (settings.state_dir / "faults").iterdir())
     assert fired == sorted(POINTS)
     tries = {ti.task_id: ti.try_number for ti in run.get_task_instances()}
-    # ingest passes bronze's fault point and silver's three, so it needed a fifth try.
+    # ingest passes bronze's fault point and silver's three; quarantine's runs beside the
+    # MERGE's (`silver.write_slice`), so two of them may fire in one try: four or five.
+    assert tries.pop("ingest") in (4, 5), tries
     assert tries == {
         "wait_for_interval_close": 1,
         "plan": 2,
-        "ingest": 5,
         "gate": 2,
         "publish": 2,
         "announce": 2,
