@@ -13,7 +13,8 @@ the far dates where `slice_ids` says another slice holds a copy of one of its ke
 Delta prunes every other partition, so its cost follows the slice, not the table,
 and copies of a key any distance apart still end as one row. Silver has deletion
 vectors: a MERGE marks the rows it replaces instead of rewriting every file that
-holds a matched row.
+holds a matched row. A slice that replaces nothing (a probe of silver says so) is
+written by an insert-only MERGE pinned to the probed version (`merge_into_silver`).
 """
 
 from __future__ import annotations
