@@ -42,6 +42,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from slicewise.config import Settings, load_settings
+from slicewise.pipelines import Pipeline
 from slicewise.spark import get_spark, local_conf, size_for_slices
 from slicewise.windows import Reach
 
@@ -453,6 +454,22 @@ def synthetic_events(
 MERGE_REPEATS = 5
 
 
+def median_merge(
+    spark: SparkSession, path: str, pipeline: Pipeline, events: DataFrame, reach: Reach, base: int
+) -> tuple[float, dict]:
+    """The median seconds of MERGE_REPEATS MERGEs of `events` into silver at version `base`
+    (restored after each, after a warm-up run that pays JIT), and the last one's metrics."""
+    from slicewise.silver import merge_into_silver
+
+    runs, metrics = [], {}
+    for _ in range(1 + MERGE_REPEATS):
+        seconds, _ = timed(lambda: merge_into_silver(spark, path, pipeline, events, reach, None))
+        metrics = DeltaTable.forPath(spark, path).history(1).first()["operationMetrics"]
+        DeltaTable.forPath(spark, path).restoreToVersion(base)
+        runs.append(seconds)
+    return statistics.median(runs[1:]), metrics
+
+
 def w3(settings: Settings, params: dict) -> dict:
     from slicewise.silver import ensure_silver, merge_into_silver
 
@@ -505,17 +522,9 @@ def w3(settings: Settings, params: dict) -> dict:
                     if horizon
                     else (date(1970, 1, 1), date(9999, 12, 31))
                 )
-                runs = []
-                for _ in range(1 + MERGE_REPEATS):  # the first pays JIT warm-up, unreported
-                    seconds, _ = timed(
-                        lambda events=events, window=window, path=path: merge_into_silver(
-                            spark, path, settings.pipeline, events, Reach(window), None
-                        )
-                    )
-                    metrics = DeltaTable.forPath(spark, path).history(1).first()["operationMetrics"]
-                    DeltaTable.forPath(spark, path).restoreToVersion(base)
-                    runs.append(seconds)
-                best = statistics.median(runs[1:])
+                best, metrics = median_merge(
+                    spark, path, settings.pipeline, events, Reach(window), base
+                )
                 table = spark.read.format("delta").load(path)
                 lo, hi = window
                 results.append(
@@ -547,7 +556,7 @@ def replacing_merges(spark: SparkSession, settings: Settings, params: dict, toda
     Kafka position than the stored copy), into a silver with deletion vectors and into
     one without (the definition's `deletion_vectors: false`): the first marks the
     replaced rows deleted, the second rewrites every file that holds one."""
-    from slicewise.silver import ensure_silver, merge_into_silver
+    from slicewise.silver import ensure_silver
 
     n, days = params["slice_rows"], params["history_days"]
     window = (
@@ -573,17 +582,7 @@ def replacing_merges(spark: SparkSession, settings: Settings, params: dict, toda
             ensure_silver(spark, path, pipeline)
             history.repartition("event_date").write.format("delta").mode("append").save(path)
             base = DeltaTable.forPath(spark, path).history(1).first()["version"]
-            runs, metrics = [], {}
-            for _ in range(1 + MERGE_REPEATS):  # the first pays JIT warm-up, unreported
-                seconds, _ = timed(
-                    lambda events=events, path=path, pipeline=pipeline: merge_into_silver(
-                        spark, path, pipeline, events, Reach(window), None
-                    )
-                )
-                metrics = DeltaTable.forPath(spark, path).history(1).first()["operationMetrics"]
-                DeltaTable.forPath(spark, path).restoreToVersion(base)
-                runs.append(seconds)
-            best = statistics.median(runs[1:])
+            best, metrics = median_merge(spark, path, pipeline, events, Reach(window), base)
             found.append(
                 {
                     "scale": scale,
