@@ -35,7 +35,7 @@ chaos: bootstrap ## the chaos suite: 20 randomized runs per scenario, each appen
 chaos-report: bootstrap ## the chaos table summed over every run recorded in chaos/chaos_runs.jsonl
 	@$(VENV)/python tests/integration/chaos_log.py
 
-bench: bootstrap ## the benchmark (W0-W3 side by side, about 45 min): table, raw numbers and plot in bench/results/
+bench: bootstrap ## the benchmark (W0-W3 side by side, about 2 h on 2 cores): table, raw numbers and plot in bench/results/
 	@$(VENV)/python bench/run.py $(BENCH_ARGS)
 
 bench-longhaul: bootstrap ## 2,000 slices locally and on s3proxy (history synthesised, real slices at both ends; ~1 h a store, not in CI): bench/results/longhaul-*
