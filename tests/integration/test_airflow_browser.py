@@ -179,6 +179,7 @@ def test_backfills_and_a_clear_from_the_ui_run_each_slice_once(
     settings, producer = pipeline
     h0 = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - 4 * HOUR
     hours = [h0, h0 + HOUR]
+    end = hours[-1] + HOUR
     for n, start in enumerate(hours):
         produce_hour(producer, start, prefix=f"h{n}-")
     home = tmp_path / "airflow"
@@ -198,7 +199,7 @@ def test_backfills_and_a_clear_from_the_ui_run_each_slice_once(
 
         # Missing Runs over both hours: one run each.
         ui.backfill(hours[0], hours[1], "Missing Runs", expect_runs=2)
-        first = services.wait_for_backfill(hours[0], hours[1] + HOUR)
+        first = services.wait_for_backfill(hours[0], end)
         assert {r.state for r in first.values()} == {"success"}, services.tail()
         boundaries = ledger.boundaries()
 
@@ -207,7 +208,7 @@ def test_backfills_and_a_clear_from_the_ui_run_each_slice_once(
         ids = run_ids(services)
         mark_failed(services, ids[hours[1]])
         ui.backfill(hours[0], hours[1], "Missing and Errored Runs", expect_runs=1)
-        second = services.wait_for_backfill(hours[0], hours[1] + HOUR)
+        second = services.wait_for_backfill(hours[0], end)
         assert {r.state for r in second.values()} == {"success"}, services.tail()
         assert second[hours[0]].started == first[hours[0]].started  # untouched
         assert second[hours[1]].started > first[hours[1]].started  # ran again
@@ -239,7 +240,7 @@ def test_backfills_and_a_clear_from_the_ui_run_each_slice_once(
     # Every event once in silver, every table row for row as before the reruns.
     assert tables(spark, settings) == settled
     silver_ids = sorted(row[0] for row in settled["silver"])
-    assert silver_ids == sorted(f"h{n}-{i}" for n in range(2) for i in range(20))
+    assert silver_ids == sorted(f"h{n}-{i}" for n in range(len(hours)) for i in range(20))
     # Announced once per slice, with the counts of its first pass; reruns kept them.
     assert {slice_id: len(e) for slice_id, e in events.items()} == {s.slice_id: 1 for s in slices}
     for sl in slices:
