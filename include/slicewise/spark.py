@@ -152,7 +152,14 @@ def object_store_secrets(env: Mapping[str, str] | None = None) -> dict[str, str]
 
 # What the steps rely on that a client sets on its own session (`remote_session`), so a
 # Connect server started any way serves them.
-SESSION_CONF = {"spark.sql.session.timeZone": "UTC"}
+SESSION_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    # Delta re-reads a table's whole state after every commit, to verify its checksum,
+    # whenever the driver's JVM or host zone is not UTC (a check aimed at pre-1883
+    # timestamps in partition values; ours are dates). Our sessions are UTC: a driver on
+    # a host elsewhere commits as one on UTC does (docs/DESIGN_CHOICES.md, *Small jobs*).
+    "spark.databricks.delta.allFilesInCrc.verificationMode.forceOnNonUTC.enabled": "false",
+}
 
 
 def static_conf() -> dict[str, str]:
@@ -316,7 +323,7 @@ def size_for_slices(spark: SparkSession) -> None:
     hundreds of near-empty tasks. Explicit settings (spark-submit --conf) win.
     """
     if is_remote(spark):
-        return  # the server was started with its own sizing (connect_server.server_conf)
+        return  # sized where the server starts: server_conf on local[*], --conf on a cluster
     launched = spark.sparkContext.getConf()
     cores = str(spark.sparkContext.defaultParallelism)
     for key in ("spark.sql.shuffle.partitions", "spark.databricks.delta.snapshotPartitions"):

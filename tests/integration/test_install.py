@@ -151,8 +151,9 @@ def test_a_worker_without_java_runs_a_slice_on_sparks_own_connect_server(
     `slicewise[airflow]` alone (no pyspark, no `java` on PATH) runs `airflow dags test`
     of a slice against a Spark Connect server started by the line `slicewise
     spark-server` prints (Spark's own server, our jars as --packages from Maven Central,
-    no slicewise code on it), whose default time zone is not UTC: the client sets UTC
-    on its own session, so event dates and gold's hours are UTC."""
+    no slicewise code on it), on a host whose time zone is not UTC (its JVM's and its
+    sessions' default): the client sets UTC on its own session, so event dates and
+    gold's hours are UTC."""
     topic = new_topic(3)
     at = datetime.now(timezone.utc).replace(hour=2, minute=30, second=0, microsecond=0) - timedelta(
         days=1
@@ -176,6 +177,7 @@ def test_a_worker_without_java_runs_a_slice_on_sparks_own_connect_server(
             start_new_session=True,
             env={
                 **os.environ,
+                "TZ": "America/New_York",  # the JVM's default zone
                 "SLICEWISE_SPARK_TOKEN": token,
                 "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
             },

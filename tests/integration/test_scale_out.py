@@ -41,6 +41,13 @@ from slicewise_dev.spark_cluster import LocalSparkCluster
 
 pytestmark = pytest.mark.integration
 
+# The deployment's sizing for hour-long slices on its cluster (docs/DEPLOYING.md): as
+# many shuffle and Delta snapshot partitions as the executors have cores (the executor
+# host's 2), not Spark's 200 and Delta's 50.
+SLICE_SIZED = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
 FAULTS = Faults(duplicate_rate=0.05, aborted_rate=0.1, malformed_rate=0.05, drift_rate=0.05)
 
 
@@ -103,7 +110,7 @@ def cluster_server(hosts, spark_cluster, services, tmp_path):
     port, ui = free_ports(2)
     with SparkConnectServer(
         tmp_path / "spark-connect", port, spark_cluster.master_url, bind=hosts.gateway,
-        driver_host=hosts.gateway, extra_conf={"spark.ui.port": str(ui)},
+        driver_host=hosts.gateway, extra_conf={"spark.ui.port": str(ui), **SLICE_SIZED},
     ) as server:  # fmt: skip
         yield server, f"http://{hosts.gateway}:{ui}/api/v1/applications"
 
