@@ -30,7 +30,7 @@ test-unit: bootstrap ## only the unit tests: no JVM, no server, under a minute (
 chaos: bootstrap ## the chaos suite: 20 randomized runs per scenario, each appended to chaos/chaos_runs.jsonl (CI runs 1)
 	@SLICEWISE_CHAOS_RUNS=$${SLICEWISE_CHAOS_RUNS:-20} \
 	SLICEWISE_CHAOS_RECORD=$${SLICEWISE_CHAOS_RECORD:-$(CURDIR)/chaos/chaos_runs.jsonl} \
-	$(VENV)/python -m pytest tests/integration/test_chaos.py --dist load  # two scenarios at a time
+	$(VENV)/python -m pytest tests/integration/test_chaos.py --dist load --timeout 0  # two scenarios at a time
 
 chaos-report: bootstrap ## the chaos table summed over every run recorded in chaos/chaos_runs.jsonl
 	@$(VENV)/python tests/integration/chaos_log.py
