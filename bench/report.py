@@ -47,6 +47,10 @@ def ratios(r: dict) -> dict[str, float]:
             out[name] = r[baseline]["seconds"] / r["w2_airflow"]["seconds"]
     if "minute" in r:
         out["one-minute slice, plan to publish, seconds"] = r["minute"]["seconds"]
+        if "w1plus" in r["minute"]:
+            out["one-minute slice, W2/W1+"] = (
+                r["minute"]["w1plus"]["seconds"] / r["minute"]["seconds"]
+            )
     first = r["slices"][0]["w2"]
     out["gate share of slice time"] = first["steps"]["gate"] / first["seconds"]
     merges = [m for m in r["w3"]["merges"] if m["horizon"]]
@@ -176,6 +180,14 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
             + ", ".join(f"{k} {v:.2f}" for k, v in m["steps"].items())
             + f"; plan to publish {m['seconds']:.2f} ({min(m['runs']):.2f}-{max(m['runs']):.2f}).",
         ]
+        if "w1plus" in m:
+            h = m["w1plus"]
+            lines[-1] += (
+                f" W1+ run once a minute on the same schedule, right after (~{h['rows']:,.0f} "
+                "records a run): "
+                + ", ".join(f"{k} {v:.2f}" for k, v in h["steps"].items())
+                + f"; in all {h['seconds']:.2f} ({min(h['runs']):.2f}-{max(h['runs']):.2f})."
+            )
     if "isolation" in r:
         costs = isolation_costs(r)
         by = r["isolation"]["by_isolation"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -289,7 +290,17 @@ def minute_slices(bootstrap: str, cache: Path, work: Path, slices: int) -> dict:
         batch=1_000, interval=timedelta(minutes=1),
     )  # fmt: skip
     params = {"env": env, "start": first.isoformat(), "warmup": MINUTE_WARMUP, "slices": slices}
-    return {"records": MINUTE_RECORDS, **workload("minute", params, work / "minute")}
+    result = {"records": MINUTE_RECORDS, **workload("minute", params, work / "minute")}
+    # The same guarantees by hand on the same schedule, right after, in a process of its own.
+    by_hand = {
+        **params,
+        "env": bench_env(bootstrap, work / "minute-w1plus", "bench-minute-w1plus", cache),
+        "records": MINUTE_RECORDS,
+        "faults": dataclasses.asdict(faults),
+        "partitions": PARTITIONS,
+    }
+    result["w1plus"] = workload("minute_w1plus", by_hand, work / "minute-w1plus")
+    return result
 
 
 def machine() -> str:

@@ -42,9 +42,12 @@ def interpreter(version: str) -> Path:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    # Bounded, as every call here that may wait on the registry: a stalled download fails
+    # this file with the command that stalled, not the whole suite's time.
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(REPO_ROOT)],
         check=True,
+        timeout=600,
     )
     (built,) = out.glob("slicewise-*.whl")
     return built
@@ -86,7 +89,11 @@ def install(wheel: Path, version: str, where: Path, extras: str = "") -> Path:
     ranges (uv, from the dev venv); its folder."""
     venv = where / f"venv-{version}"
     uv = str(VENV_BIN / "uv")
-    subprocess.run([uv, "venv", "-q", "--python", str(interpreter(version)), str(venv)], check=True)
+    subprocess.run(
+        [uv, "venv", "-q", "--python", str(interpreter(version)), str(venv)],
+        check=True,
+        timeout=120,
+    )
     subprocess.run(
         [
             uv,
@@ -98,6 +105,7 @@ def install(wheel: Path, version: str, where: Path, extras: str = "") -> Path:
             f"slicewise{extras} @ {wheel.as_uri()}",
         ],
         check=True,
+        timeout=900,
     )
     return venv
 
@@ -121,6 +129,7 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(wheel, version, tmp_pa
         env=env,
         capture_output=True,
         text=True,
+        timeout=120,
     )
     assert shown.returncode == 0, shown.stderr[-3000:]
     # The default definitions file is the deployment's (AIRFLOW_HOME), not the package's.
@@ -137,6 +146,7 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(wheel, version, tmp_pa
         env=env,
         capture_output=True,
         text=True,
+        timeout=120,
     )
     assert probe.returncode == 0, probe.stderr[-3000:]
     no_dev, no_jvm_bridge, pom, where = probe.stdout.split()
@@ -167,6 +177,7 @@ def test_a_worker_without_java_runs_a_slice_on_sparks_own_connect_server(
         check=True,
         capture_output=True,
         text=True,
+        timeout=120,
     ).stdout.replace("timeZone=UTC", "timeZone=America/New_York")
     logs = tmp_path / "server.log"
     with open(logs, "w") as log:
