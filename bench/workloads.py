@@ -258,7 +258,9 @@ def by_hand(spark: SparkSession, settings: Settings, root: Path) -> Callable[[],
                 F.col("offset").alias("kafka_offset"),
             )
             .select("raw", "e.*", "kafka_partition", "kafka_offset")
-            .withColumn("occurred_at", F.to_timestamp("occurred_at"))
+            # try_: Spark 4 runs ANSI, where to_timestamp raises on a malformed value
+            # instead of the null that sends the record to quarantine.
+            .withColumn("occurred_at", F.try_to_timestamp(F.col("occurred_at")))
             .withColumn(
                 "reason",
                 F.when(F.col("event_id").isNull(), "unparseable_or_no_key")
