@@ -51,6 +51,10 @@ def ratios(r: dict) -> dict[str, float]:
             out["one-minute slice, W2/W1+"] = (
                 r["minute"]["w1plus"]["seconds"] / r["minute"]["seconds"]
             )
+    if "cli" in r:
+        out["a step by hand in its own driver, slowest step's median, seconds"] = max(
+            r["cli"]["steps"].values()
+        )
     first = r["slices"][0]["w2"]
     out["gate share of slice time"] = first["steps"]["gate"] / first["seconds"]
     merges = [m for m in r["w3"]["merges"] if m["horizon"]]
@@ -188,6 +192,15 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
                 + ", ".join(f"{k} {v:.2f}" for k, v in h["steps"].items())
                 + f"; in all {h['seconds']:.2f} ({min(h['runs']):.2f}-{max(h['runs']):.2f})."
             )
+    if "cli" in r:
+        c = r["cli"]
+        lines += [
+            "",
+            f"Steps run by hand (`slicewise <step> --slice-id`), each in a driver of its own, "
+            f"on {len(c['runs'])} slices of {c['records']} records, medians (seconds): "
+            + ", ".join(f"{k} {v:.1f}" for k, v in c["steps"].items())
+            + ".",
+        ]
     if "isolation" in r:
         costs = isolation_costs(r)
         by = r["isolation"]["by_isolation"]

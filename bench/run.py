@@ -10,8 +10,9 @@ transactions); W0, W1 and W2 read exactly that slice, each in a fresh process
 MERGE slice; the largest measures read_committed against read_uncommitted
 (--isolation-repeats times). With `w2avro`, W2 also runs on the same number of
 records in Avro (docs/examples/avro-events.yaml, the schemas in a local Apicurio
-registry) beside W2 on JSON. Prints a markdown table and writes it, the raw
-numbers and a plot to bench/results/.
+registry) beside W2 on JSON. Then one-minute slices on a warm engine (W2, then W1+
+on the same schedule) and the Spark steps run by hand, each in a driver of its own.
+Prints a markdown table and writes it, the raw numbers and a plot to bench/results/.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from slicewise.home import REPO_ROOT
 from slicewise.planner import plan_slice
 from slicewise.spark import classic_env
 from slicewise_dev import source
-from slicewise_dev.airflow_env import airflow_env
+from slicewise_dev.airflow_env import VENV_BIN, airflow_env
 from slicewise_dev.airflow_services import AirflowServices
 from slicewise_dev.broker import free_ports, running_broker
 from slicewise_dev.producer import Record, TxProducer
@@ -49,7 +50,8 @@ from slicewise_dev.source import Faults
 RESULTS = REPO_ROOT / "bench" / "results"
 WORKLOADS = Path(__file__).with_name("workloads.py")
 PARTITIONS = 3
-PARTS = ("w0", "w1", "w1plus", "w2", "w2avro", "airflow", "w3", "isolation", "minute")
+PARTS = ("w0", "w1", "w1plus", "w2", "w2avro", "airflow", "w3", "isolation", "minute", "cli")
+SIZED = {"w0", "w1", "w1plus", "w2", "w2avro", "airflow", "w3", "isolation"}  # on the slices
 TARGETS = {  # from the issues (issue 52: against the same guarantees by hand, W1+)
     "W2/W1+": (">=", 1.0),
     "W2/W1": (">=", 0.7),
@@ -57,6 +59,7 @@ TARGETS = {  # from the issues (issue 52: against the same guarantees by hand, W
     "W2 peak memory, GiB": ("<=", 4.0),
     "W2/W1+ via Airflow": (">=", 1.2),
     "one-minute slice, plan to publish, seconds": ("<=", 5.0),
+    "a step by hand in its own driver, slowest step's median, seconds": ("<=", 20.0),
     "W2/W0": (">=", 0.3),
     "MERGE 100x / 1x": ("<=", 1.2),
     "gate share of slice time": ("<=", 0.10),
@@ -303,6 +306,50 @@ def minute_slices(bootstrap: str, cache: Path, work: Path, slices: int) -> dict:
     return result
 
 
+CLI_RECORDS = 100
+CLI_STEPS = ("ingest", "gate", "publish")
+
+
+def cli_steps(bootstrap: str, cache: Path, work: Path, slices: int) -> dict:
+    """Each Spark step run by hand (`slicewise <step> --slice-id ...`) on slices of 100
+    records with no Connect server anywhere: each step a driver of its own, as on-call
+    runs it on a host without one. `slices` hours in turn; each step's seconds from the
+    command to its exit, medians."""
+    env = bench_env(bootstrap, work / "cli", "bench-cli", cache)
+    settings = load_settings(env)
+    first = (datetime.now(timezone.utc) - timedelta(hours=slices + 2)).replace(
+        minute=0, second=0, microsecond=0
+    )
+    faults = Faults(duplicate_rate=0, aborted_rate=0, malformed_rate=0, open_transactions=0)
+    source.produce(settings, first, slices, slices * CLI_RECORDS, faults, PARTITIONS, seed=3)
+    child = {
+        **classic_env({k: v for k, v in os.environ.items() if k != "SLICEWISE_SPARK_REMOTE"}),
+        **env,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    runs = []
+    for k in range(slices):
+        at = first + timedelta(hours=k)
+        slice_id = plan_slice(settings, at, at + timedelta(hours=1)).slice_id
+        seconds = {}
+        for step in CLI_STEPS:
+            began = time.monotonic()
+            out = subprocess.run(
+                [str(VENV_BIN / "slicewise"), step, "--slice-id", slice_id],
+                env=child, capture_output=True, text=True, timeout=900,
+            )  # fmt: skip
+            seconds[step] = time.monotonic() - began
+            if out.returncode != 0 or "in its own driver" not in out.stderr:
+                raise SystemExit(f"slicewise {step} of {slice_id}:\n{out.stderr[-3000:]}")
+        print(f"[{datetime.now():%H:%M:%S}] by hand {slice_id}: {seconds}", flush=True)
+        runs.append(seconds)
+    return {
+        "records": CLI_RECORDS,
+        "steps": {s: statistics.median(r[s] for r in runs) for s in CLI_STEPS},
+        "runs": runs,
+    }
+
+
 def machine() -> str:
     cpu = next(
         (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line),
@@ -360,6 +407,9 @@ def main() -> None:
     parser.add_argument(
         "--minute-slices", type=int, default=10, help="one-minute slices measured (after 3)"
     )
+    parser.add_argument(
+        "--cli-slices", type=int, default=3, help="100-record slices whose steps run by hand"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -378,7 +428,7 @@ def main() -> None:
             if "w2avro" in chosen
             else None
         )
-        for n in args.records:
+        for n in args.records if chosen & SIZED else []:
 
             def env_for(name: str, n: int = n) -> dict[str, str]:
                 env = bench_env(broker.bootstrap, work / str(n) / name, f"bench-{n}", cache)
@@ -443,6 +493,8 @@ def main() -> None:
             results["slices"].append(size)
         if "minute" in chosen:
             results["minute"] = minute_slices(broker.bootstrap, cache, work, args.minute_slices)
+        if "cli" in chosen:
+            results["cli"] = cli_steps(broker.bootstrap, cache, work, args.cli_slices)
 
     if args.only:
         print(json.dumps(results, indent=2, default=str))
