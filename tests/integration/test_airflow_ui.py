@@ -36,6 +36,24 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 300) -> None
     raise AssertionError(f"{url} did not answer in {timeout:.0f}s")
 
 
+def described(procs: list[psutil.Process], port: int) -> dict[int, tuple[str, set[str]]]:
+    """pid -> (command line, addresses it listens on at `port`) of each process still
+    running: standalone's components start short-lived children, and one may exit (or
+    wait to be reaped) between the listing and the look."""
+    seen = {}
+    for p in procs:
+        try:
+            ips = {
+                c.laddr.ip
+                for c in p.net_connections("inet")
+                if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+            }
+            seen[p.pid] = (" ".join(p.cmdline()), ips)
+        except psutil.NoSuchProcess:  # a zombie is one too
+            continue
+    return seen
+
+
 def test_stop_ends_airflow_standalone_and_every_process_it_started(tmp_path):
     (port,) = free_ports(1)
     env = {**os.environ, "SLICEWISE_STATE_DIR": str(tmp_path), "AIRFLOW__API__PORT": str(port)}
@@ -45,15 +63,11 @@ def test_stop_ends_airflow_standalone_and_every_process_it_started(tmp_path):
     try:
         wait_healthy(f"http://127.0.0.1:{port}/api/v2/monitor/health", ui)
         tree = psutil.Process(ui.pid).children(recursive=True)
-        commands = " ".join(" ".join(p.cmdline()) for p in tree)
+        seen = described(tree, port)
+        commands = " ".join(command for command, _ in seen.values())
         assert len(tree) >= 4 and "scheduler" in commands, commands
         # Only this machine reaches the UI, and only its owner reads the admin password.
-        listening = {
-            c.laddr.ip
-            for p in tree
-            for c in p.net_connections("inet")
-            if c.status == psutil.CONN_LISTEN and c.laddr.port == port
-        }
+        listening = set().union(*(ips for _, ips in seen.values()))
         assert listening == {"127.0.0.1"}, listening
         passwords = tmp_path / "airflow" / PASSWORDS_FILE
         assert "admin" in passwords.read_text()
