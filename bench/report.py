@@ -68,6 +68,11 @@ def ratios(r: dict) -> dict[str, float]:
     return out
 
 
+def _steps(steps: dict[str, float], digits: int) -> str:
+    """`ingest 6.1, gate 2.5, ...`: a workload's seconds per step."""
+    return ", ".join(f"{k} {v:.{digits}f}" for k, v in steps.items())
+
+
 def _median_and_range(w: dict) -> str:
     runs = w.get("runs") or [w["seconds"]]
     text = f"{w['seconds']:.1f}" + (f" ({min(runs):.1f}-{max(runs):.1f})" if len(runs) > 1 else "")
@@ -171,26 +176,22 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
         steps = size["w2"]["steps"]
         lines += [
             "",
-            f"W2 steps on {size['records']:,} records (seconds): "
-            + ", ".join(f"{k} {v:.1f}" for k, v in steps.items())
-            + ".",
+            f"W2 steps on {size['records']:,} records (seconds): {_steps(steps, 1)}.",
         ]
     if "minute" in r:
         m = r["minute"]
         lines += [
             "",
             f"One-minute slices of ~{m['rows']:,.0f} records on a warm engine, medians of "
-            f"{len(m['runs'])} after 3 (seconds): "
-            + ", ".join(f"{k} {v:.2f}" for k, v in m["steps"].items())
-            + f"; plan to publish {m['seconds']:.2f} ({min(m['runs']):.2f}-{max(m['runs']):.2f}).",
+            f"{len(m['runs'])} after 3 (seconds): {_steps(m['steps'], 2)}; plan to publish "
+            f"{m['seconds']:.2f} ({min(m['runs']):.2f}-{max(m['runs']):.2f}).",
         ]
         if "w1plus" in m:
             h = m["w1plus"]
             lines[-1] += (
                 f" W1+ run once a minute on the same schedule, right after (~{h['rows']:,.0f} "
-                "records a run): "
-                + ", ".join(f"{k} {v:.2f}" for k, v in h["steps"].items())
-                + f"; in all {h['seconds']:.2f} ({min(h['runs']):.2f}-{max(h['runs']):.2f})."
+                f"records a run): {_steps(h['steps'], 2)}; in all {h['seconds']:.2f} "
+                f"({min(h['runs']):.2f}-{max(h['runs']):.2f})."
             )
     if "cli" in r:
         c = r["cli"]
@@ -198,8 +199,7 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
             "",
             f"Steps run by hand (`slicewise <step> --slice-id`), each in a driver of its own, "
             f"on {len(c['runs'])} slices of {c['records']} records, medians (seconds): "
-            + ", ".join(f"{k} {v:.1f}" for k, v in c["steps"].items())
-            + ".",
+            f"{_steps(c['steps'], 1)}.",
         ]
     if "isolation" in r:
         costs = isolation_costs(r)
