@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import subprocess
@@ -60,6 +61,7 @@ def test_stop_ends_airflow_standalone_and_every_process_it_started(tmp_path):
     env.pop("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")  # its own SQLite, not the test session's
     log = (tmp_path / "standalone.log").open("w")
     ui = subprocess.Popen(ui_command("standalone"), env=env, stdout=log, stderr=subprocess.STDOUT)
+    tree: list[psutil.Process] = []
     try:
         wait_healthy(f"http://127.0.0.1:{port}/api/v2/monitor/health", ui)
         tree = psutil.Process(ui.pid).children(recursive=True)
@@ -82,6 +84,8 @@ def test_stop_ends_airflow_standalone_and_every_process_it_started(tmp_path):
         again = subprocess.run(ui_command("stop"), env=env, capture_output=True, text=True)
         assert "not running" in again.stdout
     finally:
-        if ui.poll() is None:
-            ui.kill()
+        # A failed check leaves nothing running either: standalone's children too.
+        for p in [*tree, psutil.Process(ui.pid)] if ui.poll() is None else tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
         log.close()
