@@ -199,7 +199,12 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
             "",
             f"Steps run by hand (`slicewise <step> --slice-id`), each in a driver of its own, "
             f"on {len(c['runs'])} slices of {c['records']} records, medians (seconds): "
-            f"{_steps(c['steps'], 1)}.",
+            f"{_steps(c['steps'], 1)}"
+            + (
+                f", after `slicewise class-archive` ({c['class_archive_seconds']:.0f} s, once)."
+                if "class_archive_seconds" in c
+                else "."
+            ),
         ]
     if "isolation" in r:
         costs = isolation_costs(r)

@@ -10,6 +10,7 @@ On-call uses this to inspect and re-run a slice exactly as the DAG would:
     slicewise maintain                   # compact, purge and vacuum the tables (docs/OPERATIONS.md)
     slicewise pipelines                  # check pipelines.yaml, list its pipelines
     slicewise spark-server               # how to start a Spark Connect server of your own
+    slicewise class-archive              # once per host or image: steps by hand start faster
 
 Every command takes `--pipeline NAME` (default: SLICEWISE_PIPELINE, else the
 definition file's first pipeline). An expected failure (data loss, a held LSO past
@@ -207,6 +208,11 @@ def parser() -> argparse.ArgumentParser:
         "pipelines", help="check the pipeline definition file and list its pipelines"
     )
     pipelines.add_argument("--file", default=None, help="default: SLICEWISE_PIPELINES_FILE")
+    sub.add_parser(
+        "class-archive",
+        help="record the classes of a Spark driver once (about a minute), so that steps run "
+        "by hand in a driver of their own start faster (docs/OPERATIONS.md)",
+    )
     server = sub.add_parser(
         "spark-server",
         help="print the spark-submit line of a Spark Connect server the pipeline can use "
@@ -276,6 +282,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from slicewise.spark import spark_packages
 
             print(",".join(spark_packages()) if args.packages else documented_command(args.port))
+            return 0
+        if args.command == "class-archive":
+            from slicewise.spark import write_class_archive
+
+            path, seconds = write_class_archive()
+            print(f"class archive {path} written in {seconds:.0f} s")
             return 0
         settings = load_settings(pipeline=args.pipeline)
         if args.command == "plan":

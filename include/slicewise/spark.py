@@ -19,16 +19,20 @@ import subprocess
 import time
 import zipfile
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 from xml.etree import ElementTree
 
+from slicewise.class_archive import ClassArchive, write_archive
 from slicewise.config import ConfigError, Settings, load_settings, state_folder
 from slicewise.connect_auth import TOKEN_ENV, authorized_url, configured_token, redacted
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+# Prepended to spark.driver.extraJavaOptions, which stays a deployment's own.
+DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
 SPARK_POM = Path(__file__).with_name("spark-jars.pom.xml")  # package data, not the checkout
 MAVEN = "{http://maven.apache.org/POM/4.0.0}"
 
@@ -297,6 +301,7 @@ def get_spark(
     ignored. With SLICEWISE_SPARK_REMOTE set and no explicit `master`, the session
     is a client of that server, which carries the jars and Delta settings itself.
     """
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     settings = settings or load_settings()
@@ -308,11 +313,33 @@ def get_spark(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    for key, value in {**spark_conf(settings), **(extra_conf or {})}.items():
+    conf, extra_conf = spark_conf(settings), extra_conf or {}
+    # When this call starts the JVM (not spark-submit's, which runs first), it starts from
+    # the class archive when one was written (`slicewise class-archive`).
+    starts_jvm = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
+    if starts_jvm and DEFAULT_JAVA_OPTIONS not in extra_conf:
+        archive = ClassArchive.of(settings.cache_dir, spark_jars(settings))
+        options = archive.driver_options() if archive else None
+        if options:
+            conf[DEFAULT_JAVA_OPTIONS] = options
+    for key, value in {**conf, **extra_conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def write_class_archive(settings: Settings | None = None) -> tuple[Path, float]:
+    """`slicewise class-archive`: record the classes of a driver of ours over a short
+    Delta job, for every later in-process driver to start from (class_archive)."""
+    settings = replace(settings or load_settings(), spark_remote=None)
+    return write_archive(
+        settings.cache_dir,
+        spark_jars(settings),
+        lambda options: get_spark(
+            "slicewise-class-archive", extra_conf={DEFAULT_JAVA_OPTIONS: options}, settings=settings
+        ),
+    )
 
 
 def size_for_slices(spark: SparkSession) -> None:
