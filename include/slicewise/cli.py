@@ -211,7 +211,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "class-archive",
         help="record the classes of a Spark driver once (about a minute), so that steps run "
-        "by hand in a driver of their own start faster (docs/OPERATIONS.md)",
+        "by hand in a driver of their own start faster (docs/RUNBOOK.md)",
     )
     server = sub.add_parser(
         "spark-server",

@@ -20,7 +20,7 @@ DEV_STACK = INCLUDE / "slicewise_dev"
 # Bottom to top. A new module must be placed here: the test names it until it is.
 LAYERS: list[set[str]] = [
     {"slicewise", "errors", "home"},  # the bases: the errors a person acts on, where files live
-    {"slices", "holds", "tables", "gx_adapter", "kafka", "connect_auth", "avro"},
+    {"slices", "holds", "tables", "gx_adapter", "kafka", "connect_auth", "avro", "class_archive"},
     {"schema_registry"},
     {"freshness"},
     {"kafka.security", "pipelines"},
