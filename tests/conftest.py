@@ -151,7 +151,13 @@ def connect_server(
     # The run's own token, in the environment: every client of the run (steps, the CLI,
     # Airflow tasks, the chaos suite's subprocesses) sends it, whatever its state folder.
     os.environ[TOKEN_ENV] = secrets.token_urlsafe(32)
-    server = SparkConnectServer(tmp_path_factory.mktemp("spark-connect"), port, "local[2]")
+    # The run's `spark` session lives as long as the run and idles while a test drives
+    # Airflow or a chaos run for minutes; the product's 10 minutes (server_conf, for dead
+    # clients) closed it mid-run on a slow CI host, failing every later test of its worker.
+    server = SparkConnectServer(
+        tmp_path_factory.mktemp("spark-connect"), port, "local[2]",
+        extra_conf={"spark.connect.session.manager.defaultSessionTimeout": "4h"},
+    )  # fmt: skip
     server.start()
     os.environ["SLICEWISE_SPARK_REMOTE"] = server.url
     os.environ["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = connect_connection(server.url, server.token)
