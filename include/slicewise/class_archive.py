@@ -16,9 +16,9 @@ driver finds none after an upgrade (and starts as before) until it is written ag
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -26,10 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from slicewise.errors import ConfigError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-log = logging.getLogger(__name__)
+
+class ClassArchiveError(ConfigError):
+    """No archive could be written; drivers start without one, as before."""
+
 
 # HotSpot's class-sharing log goes to the JVM's stdout, where a step's JSON line goes.
 QUIET = "-Xlog:cds*=off"
@@ -89,9 +94,17 @@ class ClassArchive:
         proc = SparkContext._gateway.proc
         spark.stop()
         proc.stdin.close()  # the gateway's JVM exits when its stdin ends, and writes then
-        proc.wait(timeout=wait)
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise ClassArchiveError(
+                f"the JVM did not write its class archive in {wait:.0f} s and was stopped; "
+                "drivers start without one, as before. Run `slicewise class-archive` again "
+                "when the host is less busy."
+            ) from None
         if not partial.exists():
-            raise RuntimeError(
+            raise ClassArchiveError(
                 f"the JVM (exit code {proc.returncode}) wrote no class archive to {partial}: "
                 "its error is above. A non-empty folder on the driver's class path (such as "
                 "SPARK_CONF_DIR) prevents one; drivers start without it, as before."
@@ -149,7 +162,7 @@ def write_archive(
     the driver with those JVM options. The archive's path and the seconds it took."""
     archive = ClassArchive.of(cache_dir, jars)
     if archive is None:
-        raise RuntimeError("no JDK found (JAVA_HOME or `java` on PATH): Spark cannot start")
+        raise ClassArchiveError("no JDK found: set JAVA_HOME or put `java` on PATH")
     began = time.monotonic()
     archive.path.parent.mkdir(parents=True, exist_ok=True)
     partial = archive.path.with_name(f"{archive.path.name}.{os.getpid()}.partial")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from slicewise.class_archive import ClassArchive
+from slicewise.class_archive import ClassArchive, write_archive
+from slicewise.errors import ConfigError
 
 
 @pytest.fixture
@@ -44,3 +45,18 @@ def test_no_jdk_no_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     assert ClassArchive.of(tmp_path / "cache", []) is None
+
+
+def test_without_a_jdk_writing_one_is_a_configuration_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+    def start(options: str):
+        raise AssertionError("no driver starts without a JDK")
+
+    # A ConfigError: the CLI prints its one line and exits 2, no traceback.
+    with pytest.raises(ConfigError, match="no JDK found: set JAVA_HOME"):
+        write_archive(tmp_path / "cache", [], start)
+    assert not (tmp_path / "cache").exists()
