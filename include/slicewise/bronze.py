@@ -22,10 +22,17 @@ from pyspark.sql import functions as F
 from slicewise.config import Settings
 from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
-from slicewise.kafka.offsets import TopicOffsets
+from slicewise.kafka.offsets import KafkaUnavailable, TopicOffsets
 from slicewise.ledger import BRONZE_DROPPED, Ledger, slice_to_json
 from slicewise.schemas import BRONZE
-from slicewise.slices import DataLossError, Slice, TopicReset, find_data_loss, offsets_went_back
+from slicewise.slices import (
+    DataLoss,
+    DataLossError,
+    Slice,
+    TopicReset,
+    find_data_loss,
+    offsets_went_back,
+)
 from slicewise.tables import (
     append_once,
     commit_metrics,
@@ -129,10 +136,10 @@ def _bronze(
 ) -> BronzeResult:
     ledger = Ledger(settings.ledger_dir, settings.topic)
     sl = ledger.load_slice(slice_id)
-    stored = stored_slice(spark, settings, ledger, sl)
-    if stored is not None:
-        return stored
-    ranges, metadata = readable_ranges(settings, ledger, sl, accept_data_loss)
+    readable = readable_ranges(spark, settings, ledger, sl, accept_data_loss)
+    if readable is None:
+        return stored_slice(spark, settings, ledger, sl)
+    ranges, metadata = readable
     # One pass: Kafka straight into the Delta commit; the row count comes from the
     # commit's own metrics rather than from a second read of the slice.
     return commit_bronze(
@@ -142,36 +149,40 @@ def _bronze(
 
 def stored_slice(
     spark: SparkSession, settings: Settings, ledger: Ledger, sl: Slice
-) -> BronzeResult | None:
-    """The slice's result when bronze already holds it (recorded again), else None."""
-    require_bronze_rows(ledger, sl.slice_id)
-    path = settings.table("bronze")
-    if not slice_in_bronze(spark, path, sl.slice_id):
-        return None
-    rows = of_slice(spark, path, BRONZE, sl.slice_id).count()
+) -> BronzeResult:
+    """Bronze's copy of the slice, counted and recorded again (nothing is written)."""
+    rows = of_slice(spark, settings.table("bronze"), BRONZE, sl.slice_id).count()
     log.info("%s is already in bronze (%d rows); nothing to do", sl.describe(), rows)
     ledger.record_step(sl.slice_id, "bronze", {"rows": rows})
     return BronzeResult(sl.slice_id, rows, committed=False)
 
 
 def readable_ranges(
-    settings: Settings, ledger: Ledger, sl: Slice, accept_data_loss: bool
-) -> tuple[dict[int, tuple[int, int]], dict]:
+    spark: SparkSession, settings: Settings, ledger: Ledger, sl: Slice, accept_data_loss: bool
+) -> tuple[dict[int, tuple[int, int]], dict] | None:
     """The offsets to read and the bronze commit's metadata: the slice's own, or, when
     Kafka deleted part of it and the override accepts that, what Kafka still retains
     (the loss logged in the ledger and the commit). Without the override a loss raises
     `DataLossError` before anything is read, and a topic that is no longer the log the
     slice was frozen in (recreated, or its offsets went back) raises `TopicReset`: its
-    offsets would read other records. The override then records the whole slice lost."""
+    offsets would read other records. The override then records the whole slice lost.
+
+    None when Kafka cannot vouch for the slice (a loss, a reset, no broker or no topic)
+    but bronze holds it: a retry after bronze committed, which reads bronze's copy and
+    records no loss. Bronze is probed only then. On the common path a rerun appends the
+    slice again and Delta skips that write by its idempotent-write id before anything
+    is read (`commit_bronze`), so a step need not pay a scan of bronze first."""
+    require_bronze_rows(ledger, sl.slice_id)
+    try:
+        changes, losses = kafka_gaps(settings, ledger, sl)
+    except KafkaUnavailable:
+        if slice_in_bronze(spark, settings.table("bronze"), sl.slice_id):
+            return None
+        raise
+    if (changes or losses) and slice_in_bronze(spark, settings.table("bronze"), sl.slice_id):
+        return None
     ranges = dict(sl.ranges)
-    offsets = TopicOffsets.of(settings)
     metadata = {"step": "bronze", **slice_to_json(sl)}
-    upper = ledger.boundary(sl.end)
-    changes = (
-        offsets_went_back(upper, offsets.topic_id(), offsets.last_stable(list(ranges)))
-        if upper is not None
-        else []
-    )
     if changes:
         if not accept_data_loss:
             raise TopicReset(
@@ -187,7 +198,6 @@ def readable_ranges(
         metadata["topic_reset_accepted"] = changes
         ledger.record_step(sl.slice_id, "data_loss_ack", {"topic_reset": changes})
         return ranges, metadata
-    losses = find_data_loss(sl, offsets.earliest(list(ranges)))
     if losses:
         error = DataLossError.in_slice(sl, losses)
         if not accept_data_loss:
@@ -198,6 +208,20 @@ def readable_ranges(
         metadata["data_loss_accepted"] = [d.__dict__ for d in losses]
         ledger.record_step(sl.slice_id, "data_loss_ack", {"losses": [d.__dict__ for d in losses]})
     return ranges, metadata
+
+
+def kafka_gaps(settings: Settings, ledger: Ledger, sl: Slice) -> tuple[list[str], list[DataLoss]]:
+    """How Kafka no longer holds the slice, read from the broker's offsets only: the ways
+    the topic contradicts the slice's upper boundary (a reset), else the offset ranges
+    retention deleted (losses). Both empty when every record is still there."""
+    offsets = TopicOffsets.of(settings)
+    partitions = list(sl.ranges)
+    upper = ledger.boundary(sl.end)
+    if upper is not None:
+        changes = offsets_went_back(upper, offsets.topic_id(), offsets.last_stable(partitions))
+        if changes:
+            return changes, []
+    return [], find_data_loss(sl, offsets.earliest(partitions))
 
 
 def commit_bronze(

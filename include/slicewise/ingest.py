@@ -53,13 +53,13 @@ def _ingest(
 ) -> IngestResult:
     ledger = Ledger(settings.ledger_dir, settings.topic)
     sl = ledger.load_slice(slice_id)
-    bronze = stored_slice(spark, settings, ledger, sl)
-    if bronze is not None:
+    readable = readable_ranges(spark, settings, ledger, sl, accept_data_loss)
+    if readable is None:  # Kafka no longer holds the slice; bronze does
         return IngestResult(
-            bronze,
+            stored_slice(spark, settings, ledger, sl),
             merge_slice(spark, settings, ledger, sl, parsed_slice(spark, settings, slice_id)),
         )
-    ranges, metadata = readable_ranges(settings, ledger, sl, accept_data_loss)
+    ranges, metadata = readable
     # Parsed before bronze's write, and cached: the write materialises the cache, so
     # the records cross from Kafka once and are parsed once; bronze takes its raw
     # columns back out of the parsed rows, which keep them for quarantine anyway.
@@ -67,7 +67,8 @@ def _ingest(
     try:
         bronze = commit_bronze(spark, settings, ledger, sl, conform(parsed, BRONZE), metadata)
         if not bronze.committed:
-            # Another attempt's commit holds the slice: silver reads what it committed.
+            # An earlier or racing attempt's commit holds the slice, and Delta skipped
+            # this write before reading anything: silver reads what that commit holds.
             parsed.unpersist()
             parsed = parsed_slice(spark, settings, slice_id)
         silver = merge_slice(spark, settings, ledger, sl, parsed)

@@ -177,6 +177,9 @@ def test_a_recreated_topic_is_refused_then_read_from_its_start(spark, pipeline, 
     # The slice frozen in the old topic: its offsets would read the new topic's records.
     with pytest.raises(TopicReset, match="no longer the log this slice was frozen in"):
         run_ingest(spark, settings, frozen.slice_id)
+    # A slice bronze holds is retried from bronze's copy: nothing lost, nothing refused.
+    again = run_ingest(spark, settings, first.slice_id)
+    assert (again.bronze.rows, again.bronze.committed) == (30, False)
     # A new interval: refused, naming the new id, until the override.
     with pytest.raises(TopicReset, match="the topic's id is"):
         plan_slice(settings, at(2), at(3), now=LATER)

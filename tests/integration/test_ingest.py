@@ -83,8 +83,9 @@ def test_a_retry_after_the_bronze_commit_reads_bronze_not_kafka(
     gone = [TopicPartition(settings.topic, p, until) for p, (_, until) in sl.ranges.items()]
     for future in admin.delete_records(gone).values():
         future.result(30)
-    again = run_ingest(spark, settings, sl.slice_id)
+    again = run_ingest(spark, settings, sl.slice_id)  # no data-loss override needed
     assert (again.bronze.rows, again.bronze.committed) == (17, False)
+    assert Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "data_loss_ack") is None
     silver = sorted(r.event_id for r in table(spark, settings, "silver").collect())
     assert silver == sorted(f"i-{n}" for n in range(12))
     assert table(spark, settings, "quarantine").count() == 3
