@@ -16,9 +16,13 @@ import pytest
 
 from slicewise.config import Settings, load_settings
 from slicewise_dev.broker import free_ports
+from slicewise_dev.connect_client import detach_release_pool_on_close
 from slicewise_dev.producer import TxProducer
 from slicewise_dev.registry import LocalRegistry
 from slicewise_dev.s3 import LocalS3  # noqa: TC001 - a fixture's type
+
+# The harness drops Connect sessions mid-run; see slicewise_dev.connect_client.
+detach_release_pool_on_close()
 
 
 @pytest.fixture
