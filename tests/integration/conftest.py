@@ -13,16 +13,35 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator
 
 from slicewise.config import Settings, load_settings
 from slicewise_dev.broker import free_ports
-from slicewise_dev.connect_client import detach_release_pool_on_close
 from slicewise_dev.producer import TxProducer
 from slicewise_dev.registry import LocalRegistry
 from slicewise_dev.s3 import LocalS3  # noqa: TC001 - a fixture's type
 
-# The harness drops Connect sessions mid-run; see slicewise_dev.connect_client.
-detach_release_pool_on_close()
+
+def _forget_release_pool(cls: type[ExecutePlanResponseReattachableIterator]) -> None:
+    """A Connect client's close, for the harness: forget the ReleaseExecute pool that
+    every client of the process shares instead of shutting it down. Its idle workers
+    exit once it is collected, a release already queued still runs, and the next
+    iterator makes a new pool.
+
+    PySpark 4.1's `SparkSession.__del__` closes its client, and that close shut the
+    shared pool down. The harness drops sessions (`remote_session(..., fresh=True)`,
+    stopped, then collected whenever Python's cycle collector runs), and the collector
+    can run inside that pool's own `submit` or one of its workers: the shutdown then
+    waits for a lock its own thread holds, or joins its own pool. Both CI workers hung so
+    in a gate's side-by-side queries on 2026-11-30. Upstream: SPARK-55362, SPARK-55406
+    (the pool reimplemented, no shared shutdown). A step of ours opens one session per
+    process; the harness runs many tests, and their sessions, in one."""
+    with cls._lock:
+        cls._release_thread_pool_instance = None
+
+
+if hasattr(ExecutePlanResponseReattachableIterator, "_release_thread_pool_instance"):
+    ExecutePlanResponseReattachableIterator.shutdown = classmethod(_forget_release_pool)
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
-"""The harness's guard against PySpark's release-pool hang (slicewise_dev.connect_client):
-a client closed while its own thread is inside the shared pool's `submit`, where the cycle
-collector ran `SparkSession.__del__` when both CI workers hung on 2026-11-30."""
+"""The harness's guard against PySpark's release-pool hang (`_forget_release_pool` in
+this folder's conftest): a client closed while its own thread is inside the shared pool's
+`submit`, where the cycle collector ran `SparkSession.__del__` when both CI workers hung
+on 2026-11-30."""
 
 from __future__ import annotations
 
