@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: help bootstrap demo test test-unit test-pythons chaos chaos-report bench bench-longhaul lint fmt broker-start broker-stop spark-connect spark-connect-start spark-connect-stop status airflow-ui airflow-ui-stop stop spark-cluster lock clean
+.PHONY: help bootstrap demo test test-unit test-pythons chaos chaos-report bench bench-quick bench-longhaul lint fmt broker-start broker-stop spark-connect spark-connect-start spark-connect-stop status airflow-ui airflow-ui-stop stop spark-cluster lock clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -15,11 +15,8 @@ bootstrap: ## create .venv from the lock file and fetch the jars (idempotent)
 demo: bootstrap ## run the main job end to end on the embedded default (local broker, Spark Connect server on local[*], Airflow/SQLite)
 	@$(VENV)/python -m slicewise_dev.demo
 
-test: bootstrap ## run lint and every test (starts the real broker, Spark, Delta, Airflow, PostgreSQL and Chromium itself)
-	@bash scripts/test_packages.sh
-	@$(VENV)/ruff check .
-	@$(VENV)/python -m pytest
-	@bash scripts/test_pythons.sh
+test: ## run lint and every test (starts the real broker, Spark, Delta, Airflow, PostgreSQL and Chromium itself); prints each phase's wall time
+	@bash scripts/test.sh
 
 test-pythons: bootstrap ## the unit tier on Python 3.10, 3.12 and 3.13 (venvs from the declared ranges)
 	@bash scripts/test_pythons.sh
@@ -27,16 +24,20 @@ test-pythons: bootstrap ## the unit tier on Python 3.10, 3.12 and 3.13 (venvs fr
 test-unit: bootstrap ## only the unit tests: no JVM, no server, under a minute (tests/unit/conftest.py enforces it)
 	@$(VENV)/python -m pytest tests/unit -n 0
 
-chaos: bootstrap ## the chaos suite: 20 randomized runs per scenario, each appended to chaos/chaos_runs.jsonl (CI runs 1)
-	@SLICEWISE_CHAOS_RUNS=$${SLICEWISE_CHAOS_RUNS:-20} \
+chaos: bootstrap ## the chaos suite, each run appended to chaos/chaos_runs.jsonl: RUNS=5 per scenario, SCENARIOS=a,b to choose (CI runs 1 of mixed)
+	@SLICEWISE_CHAOS_RUNS=$${SLICEWISE_CHAOS_RUNS:-$(or $(RUNS),5)} \
+	SLICEWISE_CHAOS_SCENARIOS=$${SLICEWISE_CHAOS_SCENARIOS:-$(SCENARIOS)} \
 	SLICEWISE_CHAOS_RECORD=$${SLICEWISE_CHAOS_RECORD:-$(CURDIR)/chaos/chaos_runs.jsonl} \
-	$(VENV)/python -m pytest tests/integration/test_chaos.py --dist load --timeout 0  # two scenarios at a time
+	$(VENV)/python -m pytest tests/integration/test_chaos.py --dist loadgroup --maxschedchunk 1 --timeout 0  # one run per item, longest first, the next to a free worker
 
 chaos-report: bootstrap ## the chaos table summed over every run recorded in chaos/chaos_runs.jsonl
 	@$(VENV)/python tests/integration/chaos_log.py
 
 bench: bootstrap ## the benchmark (W0-W3 side by side, about 2 h on 2 cores): table, raw numbers and plot in bench/results/
 	@$(VENV)/python bench/run.py $(BENCH_ARGS)
+
+bench-quick: bootstrap ## W2 beside W1+ at 0.5 M (medians of 3, alternating) and the one-minute slices (median of 10), ~12 min: bench/results/quick.md
+	@$(VENV)/python bench/run.py --quick $(BENCH_ARGS)
 
 bench-longhaul: bootstrap ## 2,000 slices locally and on s3proxy (history synthesised, real slices at both ends; ~1 h a store, not in CI): bench/results/longhaul-*
 	@$(VENV)/python bench/longhaul.py $(LONGHAUL_ARGS)

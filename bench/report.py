@@ -22,13 +22,15 @@ def ratios(r: dict) -> dict[str, float]:
     out: dict[str, float] = {}
     for size in r["slices"]:
         label = f"{size['records'] / 1e6:g} M"
-        out[f"W2/W1 ({label})"] = size["w1"]["seconds"] / size["w2"]["seconds"]
-        out[f"W2/W0 ({label})"] = size["w0"]["seconds"] / size["w2"]["seconds"]
-        if size["w1"].get("warm_seconds") and size["w2"].get("warm_seconds"):
-            out[f"W2/W1 warm ({label})"] = statistics.median(
-                size["w1"]["warm_seconds"]
-            ) / statistics.median(size["w2"]["warm_seconds"])
-        out[f"W2/W1 peak memory ({label})"] = size["w2"]["peak_rss"] / size["w1"]["peak_rss"]
+        if "w1" in size:  # not in make bench-quick
+            out[f"W2/W1 ({label})"] = size["w1"]["seconds"] / size["w2"]["seconds"]
+            if size["w1"].get("warm_seconds") and size["w2"].get("warm_seconds"):
+                out[f"W2/W1 warm ({label})"] = statistics.median(
+                    size["w1"]["warm_seconds"]
+                ) / statistics.median(size["w2"]["warm_seconds"])
+            out[f"W2/W1 peak memory ({label})"] = size["w2"]["peak_rss"] / size["w1"]["peak_rss"]
+        if "w0" in size:
+            out[f"W2/W0 ({label})"] = size["w0"]["seconds"] / size["w2"]["seconds"]
         out[f"W2 peak memory, GiB ({label})"] = size["w2"]["peak_rss"] / 2**30
         if "w1plus" in size:  # the same guarantees by hand
             out[f"W2/W1+ ({label})"] = size["w1plus"]["seconds"] / size["w2"]["seconds"]
@@ -57,7 +59,7 @@ def ratios(r: dict) -> dict[str, float]:
         )
     first = r["slices"][0]["w2"]
     out["gate share of slice time"] = first["steps"]["gate"] / first["seconds"]
-    merges = [m for m in r["w3"]["merges"] if m["horizon"]]
+    merges = [m for m in r.get("w3", {}).get("merges", []) if m["horizon"]]
     scales = sorted({m["scale"] for m in merges})
     if len(scales) > 1:
         for dup in sorted({m["dup_rate"] for m in merges}):
@@ -95,8 +97,10 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
     cores = r["cores"]
     sizes = ", ".join(f"{s['records']:,}" for s in r["slices"])
     aborted = ", ".join(f"{s['produced']['aborted']:,}" for s in r["slices"])
+    quick = r["args"].get("quick") == "True"  # make bench-quick: W2 and W1+ only
+    workloads = "W1+ and W2" if quick else "W0, W1 and W2"
     lines = [
-        f"# Benchmark, {r['when']}",
+        f"# Benchmark{' (make bench-quick)' if quick else ''}, {r['when']}",
         "",
         f"Machine: {r['machine']}.",
         f"Slices: {sizes} committed records in 3 partitions (~1 % re-sent ids, ~0.1 % "
@@ -104,12 +108,13 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
         + "".join(
             f" --{k.replace('_', '-')} {v.strip('[]').replace(',', '')}"
             for k, v in r["args"].items()
-            if k in ("records", "w3_slice") and v
+            if k in ("records", "w3_slice") and v and not quick
         )
+        + (" --quick" if quick else "")
         + "`.",
         "",
-        f"W0, W1 and W2 ran {_repeats(r)} times per size in alternating order, each in a "
-        "fresh process: seconds are the median (range); W1 and W2 then ran again in the same "
+        f"{workloads} ran {_repeats(r)} times per size in alternating order, each in a "
+        "fresh process: seconds are the median (range); they then ran again in the same "
         "process on fresh tables (warm).",
         "",
         "| slice | workload | what | seconds | rows/s per core | peak memory |",
@@ -218,6 +223,8 @@ def render(r: dict, targets: dict[str, tuple[str, float]]) -> str:
             f"(read_committed {_seconds(by['read_committed'])} s; "
             f"read_uncommitted {_seconds(by['read_uncommitted'])} s).",
         ]
+    if "w3" not in r:  # make bench-quick
+        return "\n".join(lines)
     lines += [
         "",
         "MERGE as silver grows (W3: synthetic slice of "

@@ -51,6 +51,7 @@ RESULTS = REPO_ROOT / "bench" / "results"
 WORKLOADS = Path(__file__).with_name("workloads.py")
 PARTITIONS = 3
 PARTS = ("w0", "w1", "w1plus", "w2", "w2avro", "airflow", "w3", "isolation", "minute", "cli")
+QUICK = ("w1plus", "w2", "minute")  # make bench-quick's parts
 SIZED = {"w0", "w1", "w1plus", "w2", "w2avro", "airflow", "w3", "isolation"}  # on the slices
 TARGETS = {  # from the issues (issue 52: against the same guarantees by hand, W1+)
     "W2/W1+": (">=", 1.0),
@@ -421,7 +422,15 @@ def main() -> None:
         "--cli-slices", type=int, default=3, help="100-record slices whose steps run by hand"
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="make bench-quick: W2 and W1+ on the first size and the one-minute slices; "
+        "written as quick.md and quick.json",
+    )
     args = parser.parse_args()
+    if args.quick:  # the rows a speed change moves, in minutes; `make bench` stays of record
+        args.records, args.only = args.records[:1], args.only or list(QUICK)
 
     work = Path(tempfile.mkdtemp(prefix="slicewise-bench-"))
     cores = os.cpu_count() or 1
@@ -506,7 +515,7 @@ def main() -> None:
         if "cli" in chosen:
             results["cli"] = cli_steps(broker.bootstrap, cache, work, args.cli_slices)
 
-    if args.only:
+    if args.only and not args.quick:
         print(json.dumps(results, indent=2, default=str))
         return
     from report import plot, render  # bench/report.py, beside this script
@@ -518,10 +527,12 @@ def main() -> None:
     table = render(results, TARGETS)
     print("\n" + table)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "latest.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    (args.out / "latest.md").write_text(table + "\n")
-    plot(results, args.out / "latest.png")
-    print(f"\nwritten: {args.out / 'latest.md'}, latest.json, latest.png (work dir {work})")
+    name = "quick" if args.quick else "latest"
+    (args.out / f"{name}.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    (args.out / f"{name}.md").write_text(table + "\n")
+    if not args.quick:
+        plot(results, args.out / "latest.png")
+    print(f"\nwritten: {args.out / name}.md and .json (work dir {work})")
 
 
 if __name__ == "__main__":

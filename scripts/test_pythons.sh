@@ -19,7 +19,7 @@ pyenv_root=${PYENV_ROOT:-$HOME/.pyenv}
   venv=.venv-py$v
   echo "==> Python $v: $venv"
   [[ -x $venv/bin/python ]] || .venv/bin/uv venv -q --python "$python" "$venv"
-  VIRTUAL_ENV=$venv .venv/bin/uv pip install -q -e ".[airflow]" -e scripts/dev-package \
+  VIRTUAL_ENV=$venv .venv/bin/uv pip install -q --compile-bytecode -e ".[airflow]" -e scripts/dev-package \
     "pytest>=8" "pytest-xdist>=3.6" "pytest-timeout>=2.3" "hypothesis>=6.100"
 done
 [[ $phase != install ]] || exit 0

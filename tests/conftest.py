@@ -7,7 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import secrets
+import shutil
+import sys
 import tempfile
 import time
 import uuid
@@ -29,6 +30,7 @@ os.environ.update(
 )
 
 import pytest
+import shared_services
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
@@ -36,7 +38,7 @@ from slicewise.config import load_settings
 from slicewise.connect_auth import TOKEN_ENV
 from slicewise.connect_server import SparkConnectServer, connect_connection
 from slicewise.spark import remote_session
-from slicewise_dev.broker import free_ports, running_broker
+from slicewise_dev.broker import running_broker
 from slicewise_dev.s3 import LocalS3
 
 # The suite runs on two xdist workers, one test file per worker at a time (`-n 2
@@ -70,12 +72,50 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=rank)  # stable: a file's own order is kept
 
 
+_SERVICES = pytest.StashKey[contextlib.ExitStack]()
+
+
+def _runs_shared_services(config: pytest.Config) -> bool:
+    """The controller of a run with xdist workers that goes beyond the unit tier."""
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return False
+    unit = Path(__file__).parent / "unit"
+    return any(not Path(arg.split("::")[0]).resolve().is_relative_to(unit) for arg in config.args)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller starts the services every worker shares (tests/shared_services.py)."""
+    if not _runs_shared_services(config):
+        return
+    root = Path(tempfile.mkdtemp(prefix="slicewise-services-"))
+    stack = contextlib.ExitStack()
+    config.stash[_SERVICES] = stack
+    stack.callback(shutil.rmtree, root, ignore_errors=True)
+    began = time.monotonic()
+    run = stack.enter_context(
+        shared_services.started(root, Path(sys.executable).parent / "airflow")
+    )
+    os.environ.update(shared_services.publish(run, root))  # the workers inherit it
+    print(f"shared services up in {time.monotonic() - began:.0f} s: broker {run.bootstrap}, "
+          f"Spark Connect {run.server.url}, s3proxy {run.s3.endpoint}, "
+          f"registry {run.registry.url}, PostgreSQL :{run.postgres.port}")  # fmt: skip
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if stack := config.stash.get(_SERVICES, None):
+        stack.close()
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """bootstrap.servers of the broker the integration tests use."""
+    """bootstrap.servers of the broker the integration tests use: an external one, the
+    run's shared one, or one of this process's own."""
     external = os.environ.get("SLICEWISE_KAFKA_BOOTSTRAP", "").strip()
     if external:
         yield external
+        return
+    if run := shared_services.shared():
+        yield run.bootstrap
         return
     with running_broker(tmp_path_factory.mktemp("state")) as broker:
         yield broker.bootstrap
@@ -118,10 +158,16 @@ def new_topic(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Iterator[
 
 @pytest.fixture(scope="session")
 def local_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
-    """s3proxy (filesystem-nio2 backend) on a free port: the tests' object store. Its
-    endpoint and credentials go into the environment, in the variables AWS SDKs read,
-    so the ledger (obstore), the Spark Connect servers and Airflow's tasks all find it."""
-    with LocalS3(tmp_path_factory.mktemp("s3"), load_settings().cache_dir) as server:
+    """s3proxy (filesystem-nio2 backend): the tests' object store, the run's shared one
+    or this process's own. Its endpoint and credentials go into the environment, in the
+    variables AWS SDKs read, so the ledger (obstore) and Airflow's tasks find it."""
+    with contextlib.ExitStack() as own:
+        if run := shared_services.shared():
+            server = run.s3
+        else:
+            server = own.enter_context(
+                LocalS3(tmp_path_factory.mktemp("s3"), load_settings().cache_dir)
+            )
         before = {name: os.environ.get(name) for name in server.env}
         os.environ.update(server.env)
         try:
@@ -136,37 +182,37 @@ def local_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
 
 @pytest.fixture(scope="session")
 def connect_server(
-    tmp_path_factory: pytest.TempPathFactory, local_s3: LocalS3
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[SparkConnectServer | None]:
-    """The one Spark Connect server the whole run shares: ours, on a free port (Delta +
-    Kafka connector, UI off, 2 shuffle partitions), or None for an external one named by
+    """The one Spark Connect server the whole run shares (Delta + Kafka connector, UI
+    off, 2 shuffle partitions, the object store's credentials): the run's shared one, or
+    this process's own on a free port; None for an external one named by
     SLICEWISE_SPARK_REMOTE (with its token in SLICEWISE_SPARK_TOKEN). Its URL, token and
     Airflow connection are set in the environment, so steps run through the CLI, Airflow
-    tasks and the chaos suite's subprocesses are its clients too. It starts after the
-    tests' S3 server, with its endpoint and credentials, so s3a:// tables work."""
+    tasks and the chaos suite's subprocesses are its clients too."""
     if os.environ.get("SLICEWISE_SPARK_REMOTE", "").strip():
         yield None
         return
-    (port,) = free_ports(1)
-    # The run's own token, in the environment: every client of the run (steps, the CLI,
-    # Airflow tasks, the chaos suite's subprocesses) sends it, whatever its state folder.
-    os.environ[TOKEN_ENV] = secrets.token_urlsafe(32)
-    # The run's `spark` session lives as long as the run and idles while a test drives
-    # Airflow or a chaos run for minutes; the product's 10 minutes (server_conf, for dead
-    # clients) closed it mid-run on a slow CI host, failing every later test of its worker.
-    server = SparkConnectServer(
-        tmp_path_factory.mktemp("spark-connect"), port, "local[2]",
-        extra_conf={"spark.connect.session.manager.defaultSessionTimeout": "4h"},
-    )  # fmt: skip
-    server.start()
-    os.environ["SLICEWISE_SPARK_REMOTE"] = server.url
-    os.environ["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = connect_connection(server.url, server.token)
-    try:
-        yield server
-    finally:
-        for name in ("SLICEWISE_SPARK_REMOTE", "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", TOKEN_ENV):
-            os.environ.pop(name, None)
-        server.stop()
+    with contextlib.ExitStack() as own:
+        if run := shared_services.shared():
+            server = run.server
+        else:  # after the S3 server, so that s3a:// tables work
+            server = shared_services.connect_server(
+                tmp_path_factory.mktemp("spark-connect"), request.getfixturevalue("local_s3")
+            )
+            own.callback(server.stop)
+        # The server's token, in the environment: every client of the run (steps, the
+        # CLI, Airflow tasks, the chaos suite's subprocesses) sends it, whatever its state.
+        os.environ[TOKEN_ENV] = server.token
+        os.environ["SLICEWISE_SPARK_REMOTE"] = server.url
+        os.environ["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = connect_connection(
+            server.url, server.token
+        )
+        try:
+            yield server
+        finally:
+            for name in ("SLICEWISE_SPARK_REMOTE", "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", TOKEN_ENV):
+                os.environ.pop(name, None)
 
 
 @pytest.fixture(scope="session")

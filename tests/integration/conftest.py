@@ -5,18 +5,14 @@ test_scale_out's)."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
+import shared_services
 from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator
 
 from slicewise.config import Settings, load_settings
-from slicewise_dev.broker import free_ports
 from slicewise_dev.producer import TxProducer
 from slicewise_dev.registry import LocalRegistry
 from slicewise_dev.s3 import LocalS3  # noqa: TC001 - a fixture's type
@@ -91,59 +87,34 @@ def pipeline(
 
 @pytest.fixture(scope="session")
 def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
-    """Apicurio Registry (its Confluent-compatible API) on a free loopback port."""
+    """Apicurio Registry (its Confluent-compatible API): the run's shared one, or one of
+    this process's own on a free loopback port."""
+    if run := shared_services.shared():
+        yield run.registry
+        return
     with LocalRegistry(tmp_path_factory.mktemp("registry"), load_settings().cache_dir) as server:
         yield server
 
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[Callable[[str], str]]:
-    """A private PostgreSQL server (Debian's package) on a free loopback port, one per test
-    worker; yields `new_database(name)`, which creates an empty database and returns its
-    SQLAlchemy URL.
-
-    PostgreSQL refuses to run as root, so under root (CI) it runs as the package's
-    `postgres` user, in a folder that user owns.
-    """
-    versions = sorted(
-        Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda p: int(p.parts[-3])
-    )
-    if not versions:
-        raise RuntimeError(
-            "PostgreSQL server binaries not found under /usr/lib/postgresql: "
-            "apt-get install postgresql (.ci/run does)"
-        )
-    bindir = versions[-1].parent
-    home = Path(tempfile.mkdtemp(prefix="slicewise-pg-"))
-    as_owner: list[str] = []
-    if os.geteuid() == 0:
-        shutil.chown(home, "postgres", "postgres")
-        as_owner = ["runuser", "-u", "postgres", "--"]
-    data = home / "data"
-    (port,) = free_ports(1)
-
-    def pg(tool: str, *args: str) -> None:
-        subprocess.run([*as_owner, str(bindir / tool), *args], check=True, capture_output=True)
-
-    def new_database(name: str) -> str:
-        pg("createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", name)
-        return f"postgresql+psycopg2://airflow@127.0.0.1:{port}/{name}"
-
-    pg("initdb", "-D", str(data), "-U", "airflow", "--auth=trust", "-E", "UTF8")
-    pg(
-        "pg_ctl", "-D", str(data), "-l", str(home / "server.log"), "-w", "-t", "60",
-        "-o", f"-p {port} -k {home} -c listen_addresses=127.0.0.1", "start",
-    )  # fmt: skip
+    """A private PostgreSQL server (the run's shared one, or this process's own); yields
+    `new_database(name)`, which creates a database with Airflow's schema already
+    migrated (a copy of the server's template) and returns its SQLAlchemy URL."""
+    if run := shared_services.shared():
+        yield run.postgres.new_airflow_database
+        return
+    server = shared_services.Postgres()
+    server.start()
     try:
-        yield new_database
+        yield server.new_airflow_database
     finally:
-        pg("pg_ctl", "-D", str(data), "-m", "fast", "-w", "stop")
-        shutil.rmtree(home, ignore_errors=True)
+        server.stop()
 
 
 @pytest.fixture
 def postgres_url(postgres_server: Callable[[str], str]) -> str:
-    """An empty database of its own for one test's Airflow metadata."""
+    """A database of its own for one test's Airflow metadata."""
     return postgres_server(f"airflow_{uuid.uuid4().hex[:12]}")
 
 

@@ -12,9 +12,9 @@ with the oracle: silver holds exactly the committed valid event_ids, once each;
 quarantine holds exactly the malformed offsets; the counts reconcile (the gate
 passed) and gold counts every silver row once.
 
-    make chaos                       # SLICEWISE_CHAOS_RUNS=20 runs per scenario, recorded
-    SLICEWISE_CHAOS_RUNS=3 SLICEWISE_CHAOS_SCENARIOS=zombie,mixed make chaos
-    SLICEWISE_CHAOS_SEED=1234 ...    # replay a failed run's choices (its seed is in the failure)
+    make chaos                       # SLICEWISE_CHAOS_RUNS=5 runs per scenario, recorded
+    make chaos SCENARIOS=zombie,mixed RUNS=3   # the scenarios a change exercises
+    SLICEWISE_CHAOS_SEED=1234 make chaos SCENARIOS=zombie RUNS=1  # replay a failed run
     SLICEWISE_CHAOS_STORE=s3 ...     # lakehouse and ledger in a bucket of the tests' s3proxy
     make chaos-report                # the table of every run recorded so far (chaos_log.py)
 
@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from attempts import Attempt, Forker
 from chaos_log import SCENARIOS, Row, append, render
 from pyspark.sql import functions as F
 from sqlalchemy import text
@@ -68,6 +69,8 @@ STEPS = ("plan", "ingest", "gate", "publish")  # the DAG's
 class Slice:
     """One slice of one run: its settings, its broker, its interval, and a log per attempt."""
 
+    forker: Forker | None = None  # the module's fork server (`forked_attempts`), if any
+
     def __init__(
         self,
         settings: Settings,
@@ -84,7 +87,9 @@ class Slice:
         self.slice_id = ""
         self.attempts = 0
 
-    def launch(self, step: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    def launch(
+        self, step: str, extra_env: dict[str, str] | None = None
+    ) -> subprocess.Popen | Attempt:
         """One attempt of a step as Airflow would start it, in a process group of its own."""
         if step == "plan":
             end = self.start + timedelta(hours=1)
@@ -95,16 +100,14 @@ class Slice:
         else:
             cmd = [str(VENV_BIN / "slicewise"), step, "--slice-id", self.slice_id]
         self.attempts += 1
-        log = open(self.logs / f"{self.attempts:02d}-{step}.log", "w")  # noqa: SIM115
-        proc = subprocess.Popen(
-            cmd,
-            env={**self.env, **(extra_env or {})},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()  # the child holds its own descriptor
-        return proc
+        log = self.logs / f"{self.attempts:02d}-{step}.log"
+        env = {**self.env, **(extra_env or {})}
+        if self.forker is not None:  # forked from the preloaded server (attempts.py)
+            return self.forker.launch(cmd[1:], env, log)
+        with log.open("w") as out:  # the child keeps its own descriptor
+            return subprocess.Popen(
+                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def outlives(self, proc: subprocess.Popen, seconds: float) -> bool:
         """True if `proc` is still running after `seconds` (so chaos can strike)."""
@@ -358,6 +361,17 @@ def maintained_backfill(state: Path) -> dict[str, str]:
     return {"SLICEWISE_PIPELINES_FILE": str(path), "SLICEWISE_STEP_TIMEOUT": "30s"}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def forked_attempts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forker]:
+    """Every attempt of the module forked from one preloaded process (attempts.py)."""
+    with Forker(tmp_path_factory.mktemp("forker") / "forker.log") as forker:
+        Slice.forker = forker
+        try:
+            yield forker
+        finally:
+            Slice.forker = None
+
+
 @pytest.fixture(scope="module")
 def chaos_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     """A broker of the suite's own, which it may restart without disturbing other tests."""
@@ -505,11 +519,43 @@ def compare_with_oracle(spark, sl: Slice, manifest: Manifest, row: Row) -> None:
     assert gold.agg(F.sum("events")).first()[0] == len(silver), "gold does not count silver"
 
 
-@pytest.mark.parametrize("scenario", chosen_scenarios())
-def test_chaos_loses_and_duplicates_nothing(spark, local_s3, tmp_path, capsys, request, scenario):
+# Mean seconds a run of each scenario took (chaos/chaos_runs.jsonl, the 130 runs of
+# 2026-11-29 on 2 cores): the runs go longest first, so that the two workers, each
+# taking the next run as it frees up, end together instead of one waiting on the last
+# long scenario alone.
+MEAN_SECONDS = {
+    FAILED_GATE: 330, "maintenance": 301, "server-restart": 230, WORKER_KILLED: 190,
+    "zombie": 135, "boundary": 113, MIXED: 95, RACING_COPY: 93, "mid-step": 84,
+    "broker-restart": 83, "orphan": 79, "two-clients": 72, "client-killed": 70,
+}  # fmt: skip
+assert set(MEAN_SECONDS) == set(SCENARIOS)
+
+
+def chosen_runs() -> list:
+    """One test item per run, (scenario, run index), longest scenarios first. The
+    worker-killed runs share one Airflow stack (`celery_stack`, module-scoped), so they
+    stay on one worker (an xdist group; `make chaos` runs `--dist loadgroup`)."""
+    scenarios = sorted(chosen_scenarios(), key=lambda name: -MEAN_SECONDS[name])
+    return [
+        pytest.param(
+            name,
+            run,
+            id=f"{name}-{run}",
+            marks=[pytest.mark.xdist_group("celery")] if name == WORKER_KILLED else [],
+        )  # fmt: skip
+        for name in scenarios
+        for run in range(RUNS)
+    ]
+
+
+@pytest.mark.parametrize(("scenario", "run"), chosen_runs())
+def test_chaos_loses_and_duplicates_nothing(
+    spark, local_s3, tmp_path, capsys, request, scenario, run
+):
     assert STORE in ("local", "s3"), f"SLICEWISE_CHAOS_STORE={STORE!r}: use local or s3"
-    row = Row(scenario)
-    TABLE.append(row)
+    row = next((r for r in TABLE if r.scenario == scenario), None)
+    if row is None:
+        TABLE.append(row := Row(scenario))
     lakehouse = None  # each run's own folder
     if STORE == "s3":
         lakehouse = f"s3a://{local_s3.create_bucket(f'chaos-{uuid.uuid4().hex[:8]}')}"
@@ -527,32 +573,33 @@ def test_chaos_loses_and_duplicates_nothing(spark, local_s3, tmp_path, capsys, r
             strike_run(spark, broker, server, state, where, scenario, seed, this)
 
     try:
-        strike_runs(scenario, row, one_run, tmp_path)
+        strike_one(scenario, run, row, one_run, tmp_path)
     finally:
         with capsys.disabled():
             print(render(TABLE))
 
 
-def strike_runs(
-    scenario: str, row: Row, one_run: Callable[[int, int, Row], None], tmp_path: Path
+def strike_one(
+    scenario: str, run: int, row: Row, one_run: Callable[[int, int, Row], None], tmp_path: Path
 ) -> None:
-    first_seed = int(os.environ.get("SLICEWISE_CHAOS_SEED") or random.randrange(2**32))
+    """One run, recorded (SLICEWISE_CHAOS_RECORD) whatever its outcome; its seed is
+    SLICEWISE_CHAOS_SEED + run when that is set (to replay a failed run), else drawn."""
+    given = os.environ.get("SLICEWISE_CHAOS_SEED")
+    seed = int(given) + run if given else random.randrange(2**32)
     record = os.environ.get("SLICEWISE_CHAOS_RECORD")
-    for run in range(RUNS):
-        seed = first_seed + run
-        state = tmp_path / f"run-{run}"
-        this = Row(scenario, runs=1)
-        began, error = time.monotonic(), None
-        try:
-            one_run(run, seed, this)
-        except Exception as exc:  # recorded as a failed run, then raised
-            this.failed, error = 1, f"{type(exc).__name__}: {exc}"[:2000]
-            raise
-        finally:
-            row.add(this)
-            if record:
-                append(Path(record), this, seed, time.monotonic() - began, error, STORE)
-        assert this.clean, f"run {run} (seed {seed}, logs in {state / 'logs'}): {this}"
+    state = tmp_path / f"run-{run}"
+    this = Row(scenario, runs=1)
+    began, error = time.monotonic(), None
+    try:
+        one_run(run, seed, this)
+    except Exception as exc:  # recorded as a failed run, then raised
+        this.failed, error = 1, f"{type(exc).__name__}: {exc}"[:2000]
+        raise
+    finally:
+        row.add(this)
+        if record:
+            append(Path(record), this, seed, time.monotonic() - began, error, STORE)
+    assert this.clean, f"run {run} (seed {seed}, logs in {state / 'logs'}): {this}"
 
 
 def strike_run(
