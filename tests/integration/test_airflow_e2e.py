@@ -149,16 +149,33 @@ def end_to_end(spark, settings, producer, run_dag, events_of) -> None:
 
 
 def test_dag_runs_end_to_end_reruns_change_nothing_and_a_failed_gate_blocks_publication(
-    spark, dag_env
+    spark, dag_env, tmp_path
 ):
+    """The interval's first run goes through `airflow dags test` in a process of its own
+    with Airflow's OpenLineage provider on (its file transport, as a deployment configures
+    it: the provider's listener starts with the transport set), and its events are
+    checked at the end; the reruns are `dag.test()` in this process."""
     settings, producer, dag = dag_env
+    lineage = tmp_path / "lineage.jsonl"
+    runs = 0
+
+    def run_dag(logical_date: datetime) -> dict[str, str]:
+        nonlocal runs
+        runs += 1
+        if runs > 1:
+            return states(dag.test(logical_date=logical_date))
+        dags_test_with_lineage(logical_date, lineage)
+        return stored_states(dag.dag_id, logical_date)
+
     end_to_end(
         spark,
         settings,
         producer,
-        run_dag=lambda logical_date: states(dag.test(logical_date=logical_date)),
+        run_dag=run_dag,
         events_of=lambda slice_id: asset_events(settings, slice_id),
     )
+    first = Ledger(settings.ledger_dir, settings.topic).slices()[0]
+    lineage_names_every_table_once_with_the_ledgers_counts(settings, first, lineage)
 
 
 def test_a_failure_in_every_task_then_its_retry_ends_exactly_right(spark, dag_env, monkeypatch):
@@ -284,32 +301,19 @@ def test_a_server_down_or_a_wrong_token_fails_the_step_fast_and_its_retry_then_s
     assert (result.rows, result.committed) == (22, True)
 
 
-def test_openlineage_events_of_a_run_name_every_table_once_with_the_ledgers_counts(
-    spark, pipeline, airflow_db, tmp_path
-):
-    """Through Airflow's OpenLineage provider and its file transport, as a deployment
-    configures it: `airflow dags test` in a process of its own, so that the provider's
-    listener starts with the transport set."""
-    settings, producer = pipeline
-    start = (datetime.now(timezone.utc) - timedelta(hours=3)).replace(
-        minute=0, second=0, microsecond=0
-    )
-    produce_hour(producer, start)
-    events = tmp_path / "lineage.jsonl"
-    env = airflow_env(settings, spark_master="local[2]")
+def dags_test_with_lineage(logical_date: datetime, events: Path) -> None:
+    """`airflow dags test` of the DAG in a process of its own (this test's environment),
+    Airflow's OpenLineage provider writing its events to `events`."""
     done = subprocess.run(
         [
             str(Path(sys.executable).parent / "airflow"),
             "dags",
             "test",
             "slicewise_events",
-            (start + timedelta(hours=1)).isoformat(),
+            logical_date.isoformat(),
         ],
         env={
             **os.environ,
-            **{key: env[key] for key in PASSED_ON},
-            "SLICEWISE_GRACE_SECONDS": "0",
-            "SLICEWISE_SPARK_MODE": "connect",
             "AIRFLOW__OPENLINEAGE__NAMESPACE": "slicewise-tests",
             "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
                 {"type": "file", "log_file_path": str(events), "append": True}
@@ -320,7 +324,24 @@ def test_openlineage_events_of_a_run_name_every_table_once_with_the_ledgers_coun
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [sl] = Ledger(settings.ledger_dir, settings.topic).slices()
+
+
+def stored_states(dag_id: str, logical_date: datetime) -> dict[str, str]:
+    """Each task's state in the DAG's run of `logical_date`, from the metadata DB."""
+    from airflow.models import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        run = session.scalars(
+            select(DagRun).where(DagRun.dag_id == dag_id, DagRun.logical_date == logical_date)
+        ).one()
+        return {ti.task_id: str(ti.state) for ti in run.get_task_instances(session=session)}
+
+
+def lineage_names_every_table_once_with_the_ledgers_counts(settings, sl, events: Path) -> None:
+    """The OpenLineage events of the slice's run name every table once, with the
+    ledger's counts (the run of `produce_hour`'s records)."""
     complete = {
         e["job"]["name"].split(".")[-1]: e
         for e in map(json.loads, events.read_text().splitlines())
