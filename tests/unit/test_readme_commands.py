@@ -29,8 +29,13 @@ def test_the_readme_shows_commands():
 def test_a_command_the_readme_shows_runs_as_shown(line):
     argv = shlex.split(line, comments=True)
     if argv[0] == "make":
-        targets = re.findall(r"^([a-z][a-z-]*):", (ROOT / "Makefile").read_text(), re.M)
-        assert set(argv[1:]) <= set(targets), f"{line!r}: no such make target"
+        makefile = (ROOT / "Makefile").read_text()
+        targets = re.findall(r"^([a-z][a-z-]*):", makefile, re.M)
+        variables = [a.split("=")[0] for a in argv[1:] if "=" in a]
+        assert set(argv[1:]) - {a for a in argv[1:] if "=" in a} <= set(targets), (
+            f"{line!r}: no such make target"
+        )
+        assert all(f"$({v})" in makefile for v in variables), f"{line!r}: a variable make ignores"
         return
     if argv[0] in ("pip", "python"):
         assert_installs_our_wheel(argv)
