@@ -30,7 +30,7 @@ from slicewise.config import load_settings
 from slicewise.home import REPO_ROOT
 from slicewise.ledger import Ledger
 from slicewise_dev.airflow_env import VENV_BIN, ui_env
-from slicewise_dev.airflow_services import AirflowServices
+from slicewise_dev.airflow_services import AirflowServices, airflow
 from slicewise_dev.process import Child
 from slicewise_dev.source import Faults, produce
 
@@ -136,6 +136,10 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(
         )
         try:
             scheduled = services.wait_for_scheduled_success(dag_ids["orders"], timeout=300)
+            # Paused now: left on, it started a slice every minute while the test waited
+            # for maintenance, and on a loaded host those piled up (runs of 300 s each,
+            # the maintenance runs past 600 s; fresh-clone CI, 2026-12-01).
+            airflow(services.env, "dags", "pause", dag_ids["orders"])
             # Each pipeline's maintenance DAG (daily) ran its latest interval on its own,
             # beside the live slices. It maintains five tables, and on a loaded 2-core CI
             # host each took up to 80 s: both runs were still going after 6 minutes
