@@ -10,12 +10,16 @@ began=$(date +%s)
 summary=()
 trap 'printf "==> wall time of each phase\n"; printf "    %s\n" "${summary[@]}"; printf "    %-22s %5ss\n" total $(( $(date +%s) - began ))' EXIT
 
-phase() {
-  local name=$1 t0
+phase() {  # a failed phase is timed too, then ends the run with its code
+  local name=$1 t0 code=0
   shift
   t0=$(date +%s)
-  "$@"
-  summary+=("$(printf '%-22s %5ss' "$name" $(( $(date +%s) - t0 )))")
+  "$@" || code=$?
+  local line
+  line=$(printf '%-22s %5ss' "$name" $(( $(date +%s) - t0 )))
+  if (( code )); then line+=" (failed)"; fi
+  summary+=("$line")
+  return "$code"
 }
 
 phase bootstrap bash scripts/bootstrap.sh

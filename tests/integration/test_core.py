@@ -228,8 +228,12 @@ def test_duplicates_aborted_and_open_transactions(spark, pipeline, kafka_bootstr
     producer.send([ev("x2", 0.4, 1), ev("x3", 0.5, 2)])  # dup across partitions
     producer.send([ev("aborted-1", 0.6, 0), ev("aborted-2", 0.7, 1)], commit=False)
     producer.send([ev("x3", 1.5, 1), ev("x4", 1.6, 0)])  # dup across slices, hours later
+    # Open for two slices: longer than the producer's default 60 s on a loaded host, when
+    # the coordinator aborted it and its commit failed as fenced (fresh-clone CI, 2026-12-01).
     hung = TxProducer(
-        {"bootstrap.servers": kafka_bootstrap}, settings.topic, f"hung-{settings.topic}"
+        {"bootstrap.servers": kafka_bootstrap, "transaction.timeout.ms": "900000"},
+        settings.topic,
+        f"hung-{settings.topic}",
     )
     hung.begin([ev("open-1", 1.7, 0), ev("open-2", 1.8, 2)])
     producer.send([ev("after-open", 1.9, 0)])  # committed, but behind the open transaction
@@ -577,8 +581,12 @@ def test_an_open_transaction_holding_the_lso_is_reported_then_fails_planning_onc
     settings, producer = pipeline
     ledger = Ledger(settings.ledger_dir, settings.topic)
     producer.send([ev("before", 0.2, 1)])
+    # Open for two slices: longer than the producer's default 60 s on a loaded host, when
+    # the coordinator aborted it and its commit failed as fenced (fresh-clone CI, 2026-12-01).
     hung = TxProducer(
-        {"bootstrap.servers": kafka_bootstrap}, settings.topic, f"hung-{settings.topic}"
+        {"bootstrap.servers": kafka_bootstrap, "transaction.timeout.ms": "900000"},
+        settings.topic,
+        f"hung-{settings.topic}",
     )
     hung.begin([ev("open", 0.5, 1)])
     producer.send([ev("behind", 0.6, 1)])  # committed, but past the open transaction
