@@ -168,16 +168,8 @@ def local_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
             server = own.enter_context(
                 LocalS3(tmp_path_factory.mktemp("s3"), load_settings().cache_dir)
             )
-        before = {name: os.environ.get(name) for name in server.env}
-        os.environ.update(server.env)
-        try:
+        with shared_services.environ(server.env):
             yield server
-        finally:
-            for name, value in before.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
 
 @pytest.fixture(scope="session")

@@ -49,21 +49,28 @@ def connect_server(home: Path, s3: LocalS3) -> SparkConnectServer:
     a chaos run for minutes; the product's 10 minutes (server_conf, for dead clients)
     closed it mid-run on a slow CI host, failing every later test of its worker."""
     (port,) = free_ports(1)
-    saved = {name: os.environ.get(name) for name in s3.env}
-    os.environ.update(s3.env)  # the server's executors read them at start
-    try:
+    with environ(s3.env):  # the server's executors read them at start
         server = SparkConnectServer(
             home, port, "local[2]", token=secrets.token_urlsafe(32),
             extra_conf={"spark.connect.session.manager.defaultSessionTimeout": "4h"},
         )  # fmt: skip
         server.start()
+    return server
+
+
+@contextlib.contextmanager
+def environ(values: dict[str, str]) -> Iterator[None]:
+    """`values` in os.environ for the block; what they replaced is put back after it."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
     finally:
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    return server
 
 
 @dataclass
