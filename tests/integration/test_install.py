@@ -194,8 +194,9 @@ def test_a_worker_without_java_runs_a_slice_on_sparks_own_connect_server(
             },
         )
     try:
-        wait_for_port(port, server, logs)
+        # The worker's venv installs while the server fetches its packages and starts.
         venv = install(wheel, "3.12", tmp_path, extras="[airflow]")
+        wait_for_port(port, server, logs)
         home = tmp_path / "airflow"
         (home / "dags").mkdir(parents=True)
         shutil.copy(REPO_ROOT / "dags" / "slicewise_pipelines.py", home / "dags")

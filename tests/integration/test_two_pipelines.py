@@ -1,8 +1,11 @@
-"""Two pipelines from one definition file, run side by side by one Airflow (api-server +
+"""Pipelines from one definition file, run side by side by one Airflow (api-server +
 scheduler, LocalExecutor) against the real broker, Spark Connect server and Delta tables:
 the demo's `events` and `orders`, keyed on (tenant, order.id) with a nested field and an
-epoch-millisecond event time (docs/examples/two-pipelines.yaml). Each must hold exactly
-the committed, valid keys of its stream, from the event source's oracle.
+epoch-millisecond event time (docs/examples/two-pipelines.yaml), and beside them the
+documented Avro pipeline (docs/examples/avro-events.yaml) on the real schema registry
+(Apicurio), its source switching to a new schema version mid-stream. Each must hold
+exactly the committed, valid keys of its stream, from the event source's oracle, and
+quarantine exactly its malformed records.
 
 The runs are made the demo's way (`airflow backfill create` through our own scheduler
 and api-server), so they carry the timetable's logical dates (an interval's start): a
@@ -37,16 +40,24 @@ from slicewise_dev.source import Faults, produce
 pytestmark = pytest.mark.integration
 
 EXAMPLE = REPO_ROOT / "docs" / "examples" / "two-pipelines.yaml"
+AVRO_EXAMPLE = REPO_ROOT / "docs" / "examples" / "avro-events.yaml"
 FAULTS = Faults(duplicate_rate=0.1, aborted_rate=0.15, malformed_rate=0.05, open_transactions=1)
+AVRO_FAULTS = Faults(duplicate_rate=0.1, aborted_rate=0.3, malformed_rate=0.08, open_transactions=1)
+AVRO = "avro_events"  # the Avro example's `events`, renamed beside the demo's own
 
 
 def definitions_with_topics(tmp_path: Path, topics: dict[str, str]) -> Path:
-    """The documented example, each pipeline on a topic of this test, and orders every
-    minute instead of five: the scheduled slice the test waits for then closes within a
-    minute of the backfill, not up to five (the wait was most of this test's time)."""
+    """The documented example plus the Avro example's pipeline (as `avro_events`), each
+    pipeline on a topic of this test, and orders every minute instead of five: the
+    scheduled slice the test waits for then closes within a minute of the backfill, not
+    up to five (the wait was most of this test's time). The Avro pipeline shares this
+    Airflow instead of starting one of its own (it did until 2026-12-02)."""
     doc = yaml.safe_load(EXAMPLE.read_text())
     assert doc["pipelines"]["orders"]["schedule"] == "5m"
     doc["pipelines"]["orders"]["schedule"] = "1m"
+    [avro] = yaml.safe_load(AVRO_EXAMPLE.read_text())["pipelines"].values()
+    assert avro["format"] == "avro"
+    doc["pipelines"][AVRO] = avro
     for name, topic in topics.items():
         doc["pipelines"][name]["topic"] = topic
     path = tmp_path / "pipelines.yaml"
@@ -60,11 +71,11 @@ def floor(at: datetime, step: timedelta) -> datetime:
     return midnight + ((at - midnight) // step) * step
 
 
-def test_two_pipelines_from_one_file_are_each_exactly_once(
-    pipeline, new_topic, spark, postgres_url, tmp_path
+def test_pipelines_from_one_file_are_each_exactly_once(
+    pipeline, new_topic, spark, postgres_url, schema_registry, tmp_path
 ):
     base, _ = pipeline  # the shared broker and Spark Connect server, a fresh lakehouse
-    topics = {"events": new_topic(3), "orders": new_topic(3)}
+    topics = {"events": new_topic(3), "orders": new_topic(3), AVRO: new_topic(3)}
     definitions = definitions_with_topics(tmp_path, topics)
     home = tmp_path / "airflow"
     # `make airflow-ui`'s own environment (`ui_env`), from a shell that names the file
@@ -78,6 +89,7 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(
         "SLICEWISE_STATE_DIR": str(base.state_dir),
         "SLICEWISE_LAKEHOUSE": base.lakehouse,
         "SLICEWISE_PIPELINES_FILE": str(definitions),
+        "SLICEWISE_SCHEMA_REGISTRY_URL": schema_registry.url,
     }
     env = {
         **ui_env(shell),
@@ -86,7 +98,7 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(
         # on the first, and on SQLite it failed with "database is locked" (one CI run).
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres_url,
         "SLICEWISE_GRACE_SECONDS": "0",
-        # Both maintenance DAGs start with the scheduler and hold a slot each for a minute
+        # The maintenance DAGs start with the scheduler and hold a slot each for a minute
         # or more; with `ui_env`'s two slots the scheduled slice waited behind them.
         "AIRFLOW__CORE__PARALLELISM": "4",
     }
@@ -94,21 +106,37 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(
     settings = {name: load_settings(env, pipeline=name) for name in topics}
     assert {n: s.topic for n, s in settings.items()} == topics
 
-    # events is hourly, orders runs every minute (the example's `schedule: 5m`, shortened).
-    every = {"events": timedelta(hours=1), "orders": timedelta(minutes=1)}
+    # events and Avro are hourly, orders runs every minute (the example's `schedule: 5m`,
+    # shortened).
+    every = {"events": timedelta(hours=1), "orders": timedelta(minutes=1), AVRO: timedelta(hours=1)}
     assert {n: s.pipeline.schedule for n, s in settings.items()} == {
         "events": None,
         "orders": "* * * * *",
+        AVRO: None,
     }
+    assert settings[AVRO].pipeline.format == "avro"
+    intervals = {"events": 1, "orders": 1, AVRO: 2}  # Avro: a schema version per hour
     end = {name: floor(datetime.now(timezone.utc), step) for name, step in every.items()}
-    start = {name: end[name] - step for name, step in every.items()}  # one closed interval
+    start = {name: end[name] - intervals[name] * every[name] for name in every}
     oracle = {
         name: produce(s, start[name], 1, 160, FAULTS, seed=7, shape=name, interval=every[name])
         for name, s in settings.items()
+        if name != AVRO
     }
+    # The Avro source registers version 2 of its schema mid-stream.
+    oracle[AVRO] = produce(
+        settings[AVRO], start[AVRO], 2, 200, AVRO_FAULTS, seed=11, batch=25, shape="avro-events"
+    )
+    subject = settings[AVRO].schema_subject
+    assert schema_registry.request("GET", f"/subjects/{subject}/versions") == [1, 2]
+    assert oracle[AVRO].malformed and oracle[AVRO].duplicates_sent and oracle[AVRO].aborted
 
     dag_ids = {name: s.pipeline.dag_id for name, s in settings.items()}
-    assert dag_ids == {"events": "slicewise_events", "orders": "slicewise_orders"}
+    assert dag_ids == {
+        "events": "slicewise_events",
+        "orders": "slicewise_orders",
+        AVRO: "slicewise_avro_events",
+    }
     with AirflowServices(env, tmp_path / "logs", dag_ids=tuple(dag_ids.values())) as services:
         for name, dag_id in dag_ids.items():  # both backfills open at once: side by side
             services.backfill(
@@ -125,7 +153,7 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(
         assert {r.state for rs in runs.values() for r in rs.values()} == {"success"}, runs
         # The timetable's logical dates: each interval's start.
         for name, rs in runs.items():
-            assert sorted(rs) == [start[name]], name
+            assert sorted(rs) == [start[name] + k * every[name] for k in range(intervals[name])]
 
         # A scheduler with the timetables on, as `make airflow-ui` runs it, until the
         # one-minute pipeline has run a scheduled slice of its own.
@@ -190,10 +218,13 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(
     assert [p for p in logs if token in p.read_text(errors="replace")] == []
 
     # Each pipeline in a folder of its own, with its own ledger, its backfilled slice first.
-    assert len({s.table("silver") for s in settings.values()}) == 2
+    assert len({s.table("silver") for s in settings.values()}) == len(settings)
     for name, s in settings.items():
         slices = Ledger(s.ledger_dir, s.topic).slices()
-        assert (slices[0].start, slices[0].end) == (start[name], end[name]), name
+        backfilled = [start[name] + k * every[name] for k in range(intervals[name])]
+        assert [(sl.start, sl.end) for sl in slices[: intervals[name]]] == [
+            (at, at + every[name]) for at in backfilled
+        ], name
         assert all(len(events) == 1 for events in announced[name]), (name, announced[name])
         assert {e[0]["pipeline"] for e in announced[name]} == {name}
 
@@ -230,6 +261,15 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(
     assert orders.where(F.col("coupon").isNotNull()).count() == 0  # optional, never sent
     assert orders.where(F.col("created_at").isNull() | (F.col("amount") < 0)).count() == 0
 
+    # Avro: both schema versions landed in the same columns, each committed valid key once
+    # (version 1's rows read `channel`, which version 2 added, as null).
+    avro = table(AVRO, "silver")
+    keys = [r.event_id for r in avro.select("event_id").collect()]
+    assert len(keys) == len(set(keys)) and set(keys) == oracle[AVRO].committed_valid
+    channels = {r.channel for r in avro.select("channel").distinct().collect()}
+    assert None in channels and channels - {None} <= {"web", "ios", "android"}, channels
+    assert avro.where(F.col("payload").isNull()).count() == 0
+
     for name in topics:
         bad = table(name, "quarantine")
         positions = {(r.partition, r.offset) for r in bad.select("partition", "offset").collect()}
@@ -246,6 +286,13 @@ def test_two_pipelines_from_one_file_are_each_exactly_once(
                 "wrong_type:order.amount",
                 "not_allowed:status",
                 "wrong_type:created_at",
+            }, reasons
+        if name == AVRO:  # the wire format's own reasons
+            assert reasons <= {
+                "not_wire_format",
+                "unknown_schema_id",
+                "undecodable",
+                "blank:event_id",
             }, reasons
         # Gold per the definition's group_by: every silver row counted once.
         gold = table(name, "gold_events_per_hour")
