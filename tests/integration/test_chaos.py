@@ -40,6 +40,7 @@ import yaml
 from attempts import Attempt, Forker
 from chaos_log import SCENARIOS, Row, append, render
 from pyspark.sql import functions as F
+from shared_services import TEST_SERVER_JVM
 from sqlalchemy import text
 
 from slicewise.config import Settings, load_settings
@@ -383,7 +384,9 @@ def chaos_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBrok
 def chaos_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkConnectServer]:
     """A Spark Connect server of the suite's own, which it may kill and restart."""
     (port,) = free_ports(1)
-    server = SparkConnectServer(tmp_path_factory.mktemp("chaos-spark"), port, "local[2]")
+    server = SparkConnectServer(
+        tmp_path_factory.mktemp("chaos-spark"), port, "local[2]", extra_conf=TEST_SERVER_JVM
+    )
     server.start()
     yield server
     server.stop()
