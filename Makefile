@@ -36,7 +36,7 @@ chaos-report: bootstrap ## the chaos table summed over every run recorded in cha
 bench: bootstrap ## the benchmark (W0-W3 side by side, about 2 h on 2 cores): table, raw numbers and plot in bench/results/
 	@$(VENV)/python bench/run.py $(BENCH_ARGS)
 
-bench-quick: bootstrap ## W2 beside W1+ at 0.5 M (medians of 3, alternating) and the one-minute slices (median of 10), ~12 min: bench/results/quick.md
+bench-quick: bootstrap ## W2 beside W1+ at 0.5 M (medians of 3, alternating) and the one-minute slices (median of 10), about 14 min: bench/results/quick.md
 	@$(VENV)/python bench/run.py --quick $(BENCH_ARGS)
 
 bench-longhaul: bootstrap ## 2,000 slices locally and on s3proxy (history synthesised, real slices at both ends; ~1 h a store, not in CI): bench/results/longhaul-*
