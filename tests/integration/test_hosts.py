@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -39,6 +40,11 @@ def test_a_host_reaches_the_gateway_only_and_is_gone_after(tmp_path):
         sleeper = subprocess.Popen(
             hosts.command(ns, [sys.executable, "-c", "import time; time.sleep(600)"])
         )
+        # `ip netns exec` enters the namespace, then execs: until then the process is
+        # still in the root namespace (seen once in CI on a loaded host).
+        deadline = time.monotonic() + 30
+        while not hosts.pids(ns) and time.monotonic() < deadline and sleeper.poll() is None:
+            time.sleep(0.1)
         assert hosts.pids(ns) == [sleeper.pid]
         assert hosts.kill(ns) == [sleeper.pid]
         assert sleeper.wait(10) < 0 and hosts.pids(ns) == []
