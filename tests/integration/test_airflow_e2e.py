@@ -92,6 +92,13 @@ def produce_hour(producer, start, prefix: str = "e") -> None:
     producer.send([Record(event_value("aborted", ts), 0, ts)], commit=False)
 
 
+def retry_at_once_in(dag) -> None:
+    """A failed task of `dag` tries again at once, not after the DAG's back-off."""
+    for task in dag.tasks:
+        task.retry_delay = timedelta(0)
+        task.retry_exponential_backoff = False
+
+
 def end_to_end(spark, settings, producer, run_dag, events_of) -> None:
     """One interval through the whole DAG, a rerun that changes nothing, a gate that blocks.
 
@@ -165,9 +172,7 @@ def test_dag_runs_end_to_end_reruns_change_nothing_and_a_failed_gate_blocks_publ
         nonlocal runs
         runs += 1
         if retry_at_once:  # the failing gate's retry: a minute of back-off, waited out idle
-            for task in dag.tasks:
-                task.retry_delay = timedelta(0)
-                task.retry_exponential_backoff = False
+            retry_at_once_in(dag)
         if runs > 1:
             return states(dag.test(logical_date=logical_date))
         dags_test_with_lineage(logical_date, lineage)
@@ -194,9 +199,7 @@ def test_a_failure_in_every_task_then_its_retry_ends_exactly_right(spark, dag_en
     )
     produce_hour(producer, start)
     monkeypatch.setenv("SLICEWISE_FAULTS", ",".join(POINTS))
-    for task in dag.tasks:  # production backs off for minutes; the test retries at once
-        task.retry_delay = timedelta(0)
-        task.retry_exponential_backoff = False
+    retry_at_once_in(dag)  # production backs off for minutes; the test retries at once
     dag.get_task("ingest").retries = 4  # its four points need five tries; the default gives four
 
     run = dag.test(logical_date=start + timedelta(hours=1))
