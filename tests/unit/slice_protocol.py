@@ -1,0 +1,820 @@
+"""The slice protocol as a model, explored exhaustively: the spec of what every step
+writes, in what order, and what must hold in every state a kill, a retry, a zombie
+or a racing slice can reach.
+
+Each step is its sequence of atomic actions on shared records (a Delta commit, a
+read of a table's latest version, a ledger put, a Kafka commit), as the code issues
+them; an attempt can die between any two, Airflow then starts the next attempt from
+the top, and a "zombie" attempt keeps running beside its retry. `explore` walks every
+interleaving of every running attempt (depth first, each state once) and checks the
+invariants in every state it reaches, and at every quiet state (nothing left to
+run) that an on-call's clean rerun of every unfinished task publishes everything:
+
+* `unproved_gold`, `unproved_asset`, `unproved_group`: gold, the Asset's version and
+  the consumer group never hold a row (or pass a slice) no passing gate saw;
+* `duplicate_key`: silver never holds two rows of one key;
+* `gold_backwards`: a date of gold is never rebuilt from an older silver version;
+* `not_oracle`: once quiet, silver holds for each key the copy the survivor rule
+  picks among the valid copies of the slices processed, whatever the order;
+* `quarantined_and_stored`: once quiet, no copy is in quarantine and in silver;
+* `wedged`: a quiet state from which the on-call's rerun does not publish every
+  slice.
+
+`Protocol` switches between what the code did before each fix and what it does
+now, so the model shows each hole on the old protocol and none on the shipped one.
+The labels of the actions that the code's `fault_point`s sit behind are the
+code's names (`FAULT_POINTS`), checked against `slicewise.faults.POINTS`.
+
+Data: a copy is one Kafka record of a key (its position is the survivor order),
+dated, valid or not under each pipeline's rules; silver is the list of its
+versions, each a set of copies and the slice step that committed it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
+
+FAULT_POINTS = (
+    "plan.resolved",
+    "bronze.committed",
+    "silver.quarantined",
+    "silver.probed",
+    "silver.merged",
+    "gate.validated",
+    "publish.gold_written",
+    "announce.recorded",
+)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """What the code does; each flag is one fix (False: the code before it)."""
+
+    # Publication reads a version every slice commit below which a passing gate saw,
+    # from silver's own tagged commits and the gates' pinned versions (no marks).
+    verified_from_commits: bool = False
+    ledger_per_pipeline: bool = False
+    replay_by_position: bool = False  # a copy the new rules quarantine leaves silver
+    replay_refuses_dropped: bool = False  # a replay needing a dropped slice's copies refuses
+    gold_fenced: bool = False  # gold's writes are fenced on the gold version they read
+    far_recheck: bool = False  # the MERGE looks for far dates again after its commit
+    ack_below_unpublished: bool = False  # the group stops below the first unpublished slice
+
+
+BEFORE = Protocol()
+# The protocol the model proves (every fix); the code ships `SHIPPED` until each lands.
+DESIGNED = Protocol(
+    verified_from_commits=True,
+    ledger_per_pipeline=True,
+    replay_by_position=True,
+    replay_refuses_dropped=True,
+    gold_fenced=True,
+    far_recheck=True,
+    ack_below_unpublished=True,
+)
+SHIPPED = BEFORE
+
+
+class Copy(NamedTuple):
+    key: str
+    date: int
+    pos: int  # Kafka position: the survivor is the lowest
+    slice: str
+    bad_for: frozenset[str] = frozenset()  # pipelines whose declared expectation it breaks
+    strict_invalid: bool = False  # quarantined once the rules turn strict
+
+    def __repr__(self) -> str:
+        return f"{self.slice}:{self.key}@day{self.date}#{self.pos}"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What can happen: the slices (in schedule order) and their copies, the pipelines
+    reading the topic, kills, retries, zombies, and the operator's actions."""
+
+    name: str
+    copies: tuple[Copy, ...]
+    pipelines: tuple[str, ...] = ("p",)
+    kills: int = 1  # attempts that may die, over the whole run
+    attempts: int = 2  # per task
+    zombies: bool = False  # a killed attempt may run on beside its retry
+    replay: str | None = None  # the slice replayed once its rules turn strict
+    drop_bronze: str | None = None  # a published slice whose bronze maintenance drops
+    publish: bool = True  # run publish and announce
+    parallel: int = 2  # attempts running at once (Airflow's pool)
+
+    @property
+    def slices(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.slice for c in sorted(self.copies, key=lambda c: c.pos)))
+
+
+# -- an immutable map, so a state is hashable ------------------------------------
+def get(m: tuple, k: Any, default: Any = None) -> Any:
+    for key, v in m:
+        if key == k:
+            return v
+    return default
+
+
+def put(m: tuple, k: Any, v: Any) -> tuple:
+    return tuple(sorted([*((key, x) for key, x in m if key != k), (k, v)], key=lambda kv: kv[0]))
+
+
+def drop(m: tuple, k: Any) -> tuple:
+    return tuple((key, x) for key, x in m if key != k)
+
+
+class World(NamedTuple):
+    silver: tuple  # pipeline -> tuple of versions: (frozenset[Copy], (slice, what) | None)
+    ids: tuple  # pipeline -> frozenset of (slice, key, date): `slice_ids`
+    quarantine: tuple  # pipeline -> frozenset[Copy]
+    appended: frozenset  # (pipeline, table, slice): idempotent appends and MERGE ids done
+    ledger: tuple  # (ledger, record, slice) -> value
+    gold: tuple  # pipeline -> ((date -> (built_from, frozenset[Copy])), gold version)
+    group: tuple  # pipeline -> index of the newest slice the group passed (-1: none)
+    proved: frozenset  # (pipeline, Copy) a passing gate saw in silver
+    strict: frozenset  # pipelines whose rules turned strict
+    repaired: bool  # the failing expectation was corrected by on-call
+    tasks: tuple  # (pipeline, slice, step) -> (attempts, outcome)
+    running: tuple  # attempts: (pipeline, slice, step, attempt, pc, locals)
+    kills: int
+    done: frozenset  # operator actions done
+
+
+STEPS = ("plan", "ingest", "gate", "publish", "announce")
+# (step, pc): the code's fault point right after that action (`slicewise.faults.POINTS`)
+POINT_AFTER = {
+    ("plan", 0): "plan.resolved",
+    ("ingest", 0): "bronze.committed",
+    ("ingest", 3): "silver.quarantined",
+    ("ingest", 5): "silver.probed",
+    ("ingest", 6): "silver.merged",
+    ("gate", 3): "gate.validated",
+    ("publish", 2): "publish.gold_written",
+    ("announce", 0): "announce.recorded",
+}
+
+
+def initial(sc: Scenario) -> World:
+    empty = frozenset()
+    return World(
+        silver=tuple((p, ((empty, None),)) for p in sc.pipelines),
+        ids=tuple((p, empty) for p in sc.pipelines),
+        quarantine=tuple((p, empty) for p in sc.pipelines),
+        appended=empty,
+        ledger=(),
+        gold=tuple((p, ((), -1)) for p in sc.pipelines),
+        group=tuple((p, -1) for p in sc.pipelines),
+        proved=empty,
+        strict=empty,
+        repaired=False,
+        tasks=(),
+        running=(),
+        kills=0,
+        done=empty,
+    )
+
+
+class Violation(Exception):
+    def __init__(self, invariant: str, detail: str) -> None:
+        super().__init__(f"{invariant}: {detail}")
+        self.invariant, self.detail = invariant, detail
+
+
+# -- what the tables hold -------------------------------------------------------
+@dataclass
+class Model:
+    sc: Scenario
+    proto: Protocol
+
+    def ledger_of(self, p: str) -> str:
+        return p if self.proto.ledger_per_pipeline else "topic"
+
+    def rec(self, w: World, p: str, record: str, s: str) -> Any:
+        return get(w.ledger, (self.ledger_of(p), record, s))
+
+    def set_rec(self, w: World, p: str, record: str, s: str, v: Any) -> World:
+        return w._replace(ledger=put(w.ledger, (self.ledger_of(p), record, s), v))
+
+    def del_rec(self, w: World, p: str, record: str, s: str) -> World:
+        return w._replace(ledger=drop(w.ledger, (self.ledger_of(p), record, s)))
+
+    def recs(self, w: World, p: str, record: str) -> dict[str, Any]:
+        lg = self.ledger_of(p)
+        return {s: v for (l2, r, s), v in w.ledger if l2 == lg and r == record}
+
+    def valid(self, w: World, p: str, c: Copy) -> bool:
+        return not (c.strict_invalid and p in w.strict)
+
+    def bad(self, w: World, p: str, c: Copy) -> bool:
+        return p in c.bad_for and not w.repaired
+
+    def survivors(self, w: World, p: str, s: str) -> dict[str, Copy]:
+        best: dict[str, Copy] = {}
+        for c in self.sc.copies:
+            if c.slice == s and self.valid(w, p, c):
+                if c.key not in best or c.pos < best[c.key].pos:
+                    best[c.key] = c
+        return best
+
+    def versions(self, w: World, p: str) -> tuple:
+        return get(w.silver, p)
+
+    def rows(self, w: World, p: str, version: int | None = None) -> frozenset[Copy]:
+        vs = self.versions(w, p)
+        return vs[-1 if version is None else version][0]
+
+    def commit(self, w: World, p: str, rows: frozenset[Copy], by: tuple | None) -> World:
+        vs = self.versions(w, p)
+        if rows == vs[-1][0] and by is None:
+            return w
+        return w._replace(silver=put(w.silver, p, (*vs, (rows, by))))
+
+    def check_unique(self, w: World, p: str, version: int | None = None) -> None:
+        rows = self.rows(w, p, version)
+        keys = [c.key for c in rows]
+        if len(keys) != len(set(keys)):
+            raise Violation("duplicate_key", f"{p} silver v{version}: {sorted(rows)}")
+
+    def window(self, dates: set[int]) -> set[int]:
+        return set(range(min(dates), max(dates) + 1)) if dates else set()
+
+    def reach(self, w: World, p: str, s: str, keys: set[str], dates: set[int]) -> set[int]:
+        """The slice's window and the far dates `slice_ids` records for its keys."""
+        window = self.window(dates)
+        far = {d for (_, k, d) in get(w.ids, p) if k in keys and d not in window}
+        return window | far
+
+    def merged_rows(self, rows: frozenset, src: dict[str, Copy], reach: set[int]) -> frozenset:
+        """silver's MERGE: within the reach, a key's stored copy is replaced only by one
+        that beats it; a key with no stored copy there is inserted."""
+        out = set(rows)
+        for k, c in src.items():
+            stored = [r for r in rows if r.key == k and r.date in reach]
+            if not stored:
+                out.add(c)
+            for r in stored:
+                if c.pos < r.pos:
+                    out.discard(r)
+                    out.add(c)
+        return frozenset(out)
+
+    def touched(self, w: World, p: str, since: int) -> set[int]:
+        """The dates commits after version `since` changed (Delta's conflict check)."""
+        vs = self.versions(w, p)
+        out: set[int] = set()
+        for a, b in zip(vs[since:], vs[since + 1 :], strict=False):
+            out |= {c.date for c in a[0] ^ b[0]}
+        return out
+
+    # -- invariants on what leaves the pipeline ------------------------------
+    def check_gold(self, w: World, p: str) -> None:
+        dates, _ = get(w.gold, p)
+        for d, (_, rows) in dates:
+            for c in rows:
+                if (p, c) not in w.proved:
+                    raise Violation("unproved_gold", f"{p} gold date {d} holds {c}, no gate saw it")
+
+    def check_version(self, w: World, p: str, version: int, what: str) -> None:
+        if version >= len(self.versions(w, p)):
+            raise Violation(what, f"{p} announced silver v{version}, which it does not have")
+        self.check_unique(w, p, version)
+        for c in self.rows(w, p, version):
+            if (p, c) not in w.proved:
+                raise Violation(what, f"{p} silver v{version} holds {c}, no gate saw it")
+
+
+# -- the steps, as the code issues their writes -----------------------------------
+# Each action takes (model, world, pipeline, slice, locals) and returns
+# (world, locals, next pc | "ok" | "failed"). Labels name the points between actions
+# where the code has a fault point.
+
+
+def plan(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
+    """The slice frozen in the ledger (a create that keeps the first one's answer)."""
+    return m.set_rec(w, p, "slice", s, True), (), "ok"
+
+
+def ingest(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
+    proto = m.proto
+    if pc == 0:  # bronze: the one Kafka read, appended once
+        w = w._replace(appended=w.appended | {(p, "bronze", s)})
+        return w, loc, 1  # bronze.committed
+    if pc == 1:  # silver recorded already? (the MERGE's id then spent)
+        return w, (m.rec(w, p, "silver", s) is not None,), 2
+    if pc == 2:  # mark unverified, with silver's version then
+        if not proto.verified_from_commits and not loc[0]:
+            w = m.set_rec(w, p, "mark", s, len(m.versions(w, p)) - 1)
+        return w, (), 3
+    if pc == 3:  # quarantine, appended once
+        if (p, "quarantine", s) not in w.appended:
+            bad = {c for c in m.sc.copies if c.slice == s and not m.valid(w, p, c)}
+            w = w._replace(
+                quarantine=put(w.quarantine, p, get(w.quarantine, p) | bad),
+                appended=w.appended | {(p, "quarantine", s)},
+            )
+        return w, (), 4  # silver.quarantined
+    if pc == 4:  # slice_ids, appended once
+        if (p, "slice_ids", s) not in w.appended:
+            mine = {(s, c.key, c.date) for c in m.survivors(w, p, s).values()}
+            w = w._replace(
+                ids=put(w.ids, p, get(w.ids, p) | mine), appended=w.appended | {(p, "slice_ids", s)}
+            )
+        return w, (), 5
+    if pc == 5:  # the far-date lookup, then the MERGE reads silver at its version
+        src = m.survivors(w, p, s)
+        reach = m.reach(w, p, s, set(src), {c.date for c in src.values()})
+        return w, (frozenset(reach), len(m.versions(w, p)) - 1), 6
+    if pc == 6:  # the MERGE commits (silver.probed sits before an insert-only one)
+        reach, read = loc
+        if (p, "merge", s) in w.appended:  # Delta skips a spent idempotent-write id
+            return w, loc, 7
+        if m.touched(w, p, read) & reach:  # a conflict: retry_on_conflict reruns silver
+            return w, (), 1
+        src = m.survivors(w, p, s)
+        rows = m.merged_rows(m.rows(w, p), src, set(reach))
+        w = m.commit(w, p, rows, (s, "merge"))
+        w = w._replace(appended=w.appended | {(p, "merge", s)})
+        return w, loc, 7
+    if pc == 7:  # silver.merged; then (shipped) the far dates again
+        if proto.far_recheck:
+            src = m.survivors(w, p, s)
+            again = m.reach(w, p, s, set(src), {c.date for c in src.values()})
+            if not again <= set(loc[0]):  # a racing slice's copy far away: keep the survivor
+                rows = m.rows(w, p)
+                losers = set()
+                for k in src:
+                    same = sorted(
+                        (c for c in rows if c.key == k and c.date in again), key=lambda c: c.pos
+                    )
+                    losers |= set(same[1:])
+                if losers:
+                    w = m.commit(w, p, rows - losers, (s, "merge"))
+        return w, (), 8
+    if pc == 8:  # record silver, with silver's version then
+        w = m.set_rec(w, p, "silver", s, len(m.versions(w, p)) - 1)
+        w = m.set_rec(w, p, "applied", s, p in w.strict)
+        return w, (), "ok"
+    raise AssertionError(pc)
+
+
+def gate_check(m: Model, w: World, p: str, s: str, version: int) -> tuple[bool, frozenset]:
+    """The gate's facts on silver at `version`: the slice's recorded keys in its reach,
+    each once, present, and no row breaking an expectation. Returns (passed, rows seen)."""
+    ids = [(k, d) for (sid, k, d) in get(m.ids_at(w), p) if sid == s]
+    keys = {k for k, _ in ids}
+    reach = m.reach(w, p, s, keys, {d for _, d in ids})
+    rows = frozenset(c for c in m.rows(w, p, version) if c.key in keys and c.date in reach)
+    stored = [c.key for c in rows]
+    ok = len(stored) == len(set(stored)) and set(stored) == keys
+    ok = ok and not any(m.bad(w, p, c) for c in rows)
+    return ok, rows
+
+
+Model.ids_at = lambda self, w: w.ids  # the gate reads slice_ids as they are
+
+
+def gate(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
+    if pc == 0:  # silver recorded?
+        if m.rec(w, p, "silver", s) is None:
+            return w, (), "failed"
+        return w, (), 1
+    if pc == 1:  # validate silver (as it is; shipped: pinned at the version read)
+        version = len(m.versions(w, p)) - 1
+        ok, rows = gate_check(m, w, p, s, version)
+        if ok:
+            w = w._replace(proved=w.proved | {(p, c) for c in rows})
+        return w, (ok, version), 2
+    if pc == 2:  # on a pass, clear the mark first
+        if loc[0] and not m.proto.verified_from_commits:
+            w = m.del_rec(w, p, "mark", s)
+        return w, loc, 3
+    if pc == 3:  # record the outcome (and the version it proved)
+        w = m.set_rec(w, p, "gate", s, loc)
+        return w, loc, 4  # gate.validated
+    if pc == 4:
+        return w, (), "ok" if loc[0] else "failed"
+    raise AssertionError(pc)
+
+
+def last_commit(m: Model, w: World, p: str, s: str, upto: int) -> int | None:
+    vs = m.versions(w, p)
+    found = [v for v in range(1, upto + 1) if vs[v][1] is not None and vs[v][1][0] == s]
+    return found[-1] if found else None
+
+
+def verified_from_commits(m: Model, w: World, p: str, s: str) -> tuple[str, Any]:
+    """The shipped rule: the newest version V such that every slice commit at or below V
+    (above the newest version already published) was seen by a passing gate of its
+    slice, pinned at a version at or below V. ("ok", V) | ("wait", slices) |
+    ("failed", slices)."""
+    vs = m.versions(w, p)
+    current = len(vs) - 1
+    floor = max([v for v in m.recs(w, p, "publish").values()], default=0)
+    need, best, pending, failed = floor, floor, [], []
+    for v in range(floor + 1, current + 1):
+        by = vs[v][1]
+        gated = () if by is None else (by[0], *(by[2] if len(by) > 2 else ()))
+        for t in gated:
+            outcome = m.rec(w, p, "gate", t)
+            if outcome is None or not outcome[0] or outcome[1] < v:
+                (failed if outcome is not None and not outcome[0] else pending).append(t)
+            else:
+                need = max(need, outcome[1])
+        if failed or pending:
+            break
+        if v >= need:
+            best = v
+    mine = last_commit(m, w, p, s, current)
+    if mine is None or best >= mine:
+        return "ok", best
+    return ("failed", failed) if failed else ("wait", pending)
+
+
+def publish(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
+    proto = m.proto
+    if pc == 0:  # the gate passed since the last MERGE?
+        outcome = m.rec(w, p, "gate", s)
+        if not outcome or not outcome[0]:
+            return w, (), "failed"
+        if proto.verified_from_commits:
+            mine = last_commit(m, w, p, s, len(m.versions(w, p)) - 1)
+            if mine is not None and outcome[1] < mine:
+                return w, (), "failed"
+        elif m.rec(w, p, "mark", s) is not None:
+            return w, (), "failed"
+        return w, (), 1
+    if pc == 1:  # the verified version (waits, or is blocked)
+        if proto.verified_from_commits:
+            how, v = verified_from_commits(m, w, p, s)
+            if how == "ok":
+                return w, (v,), 2
+            return w, (), "failed" if how == "failed" else 1
+        marks = m.recs(w, p, "mark")
+        merged = max(
+            [x for x in (m.rec(w, p, "silver", s), m.rec(w, p, "replay", s)) if x is not None],
+            default=None,
+        )
+        failed = [x for x in marks if (m.rec(w, p, "gate", x) or (None,))[0] is False]
+        holding = [x for x, v in marks.items() if merged is None or v < merged]
+        if failed:
+            return w, (), "failed"
+        if holding:
+            return w, (), 1  # waits (a timeout fails it: a kill stands in for that)
+        return w, (min([len(m.versions(w, p)) - 1, *marks.values()]),), 2
+    if pc == 2:  # rebuild gold's dates in the reach from silver at V
+        (version,) = loc
+        dates_map, gold_version = get(w.gold, p)
+        built = max([b for _, (b, _) in dates_map], default=-1)
+        if proto.gold_fenced:
+            version = max(version, built)
+        ids = [(k, d) for (sid, k, d) in get(w.ids, p) if sid == s]
+        reach = m.reach(w, p, s, {k for k, _ in ids}, {d for _, d in ids})
+        replayed = m.rec(w, p, "replay_changed", s)
+        if replayed:
+            reach |= set(replayed)
+        m.check_unique(w, p, version)
+        rows = m.rows(w, p, version)
+        for d in sorted(reach):
+            before = get(dates_map, d)
+            if before is not None and before[0] > version:
+                raise Violation(
+                    "gold_backwards", f"{p} gold date {d} rebuilt from v{version} over v{before[0]}"
+                )
+            dates_map = put(dates_map, d, (version, frozenset(c for c in rows if c.date == d)))
+        w = w._replace(gold=put(w.gold, p, (dates_map, gold_version + 1)))
+        m.check_gold(w, p)
+        return w, (version,), 3  # publish.gold_written
+    if pc == 3:  # record the publication
+        w = m.set_rec(w, p, "publish", s, loc[0])
+        return w, loc, 4
+    if pc == 4:  # move the consumer group forward
+        order = m.sc.slices
+        published = m.recs(w, p, "publish")
+        if proto.ack_below_unpublished:
+            upto = -1
+            for i, x in enumerate(order):
+                if x not in published:
+                    break
+                upto = i
+        else:
+            upto = max(order.index(x) for x in published)
+        group = max(get(w.group, p), upto)
+        for i in range(group + 1):
+            x = order[i]
+            outcome = m.rec(w, p, "gate", x)
+            if x not in published or not outcome or not outcome[0]:
+                raise Violation("unproved_group", f"{p}'s group passed {x}, not published")
+        return w._replace(group=put(w.group, p, group)), loc, "ok"
+    raise AssertionError(pc)
+
+
+def announce(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
+    if pc == 0:
+        version = m.rec(w, p, "publish", s)
+        if version is None:
+            return w, (), "failed"
+        m.check_version(w, p, version, "unproved_asset")
+        return w, (), "ok"  # announce.recorded
+    raise AssertionError(pc)
+
+
+def holders(m: Model, w: World, p: str, s: str, keys: set[str]) -> set[str]:
+    """The other slices `slice_ids` records a copy of one of `keys` for."""
+    return {sid for (sid, k, _) in get(w.ids, p) if k in keys and sid != s}
+
+
+def copies_of(m: Model, w: World, p: str, slices: set[str], keys: set[str]) -> dict[str, Copy]:
+    """Per key, the survivor among those slices' valid copies (read from their bronze)."""
+    best: dict[str, Copy] = {}
+    for h in slices:
+        for k, c in m.survivors(w, p, h).items():
+            if k in keys and (k not in best or c.pos < best[k].pos):
+                best[k] = c
+    return best
+
+
+def replay(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
+    """`slicewise replay` of slice s after its pipeline's rules turned strict."""
+    proto = m.proto
+    if pc == 0:  # mark; what to withdraw; (shipped) the other slices' copies read first
+        if not proto.verified_from_commits:
+            w = m.set_rec(w, p, "mark", s, len(m.versions(w, p)) - 1)
+        rows = m.rows(w, p)
+        if proto.replay_by_position:
+            gone = {c for c in rows if c.slice == s and not m.valid(w, p, c)}
+        else:
+            recorded = {k for (sid, k, _) in get(w.ids, p) if sid == s}
+            withdrawn = recorded - set(m.survivors(w, p, s))
+            gone = {c for c in rows if c.slice == s and c.key in withdrawn}
+        keys = {c.key for c in gone}
+        if not proto.replay_refuses_dropped:
+            return w, (frozenset(gone),), 1
+        found = holders(m, w, p, s, keys)
+        if any(m.rec(w, p, "dropped", h) for h in found):
+            return w, (), "failed"  # refused before any write, the slices named
+        return w, (frozenset(gone), frozenset(found)), 1
+    if pc == 1:  # withdraw what today's rules quarantine
+        gone = set(loc[0])
+        keys, changed = {c.key for c in gone}, {c.date for c in gone}
+        if not proto.replay_refuses_dropped:
+            if gone:
+                w = m.commit(w, p, m.rows(w, p) - gone, (s, "replay"))
+            return w, (frozenset(keys), frozenset(changed)), 2
+        # one commit: each withdrawn copy replaced by the other slices' survivor, if any
+        found = set(loc[1])
+        src = copies_of(m, w, p, found, keys)
+        if gone:
+            rows = m.merged_rows(m.rows(w, p) - gone, src, {c.date for c in src.values()})
+            w = m.commit(w, p, rows, (s, "replay", frozenset(found)))
+            changed |= {c.date for c in src.values()}
+            for h in found:
+                w = w._replace(tasks=reset(w.tasks, p, h))
+        return w, (frozenset(keys), frozenset(changed), frozenset(found)), 2
+    if pc == 2:  # the other slices' copies of the withdrawn keys take their place
+        keys, changed = set(loc[0]), set(loc[1])
+        if proto.replay_refuses_dropped:  # again after the commit: a slice racing in
+            late = holders(m, w, p, s, keys) - set(loc[2])
+        else:  # read now, those whose bronze was dropped skipped (a log line)
+            late = {h for h in m.sc.slices if h != s and not m.rec(w, p, "dropped", h)}
+        for h in sorted(late):
+            src = copies_of(m, w, p, {h}, keys)
+            if src:
+                reach = m.window({c.date for c in src.values()})
+                tag = (h, "replay") if proto.verified_from_commits else (s, "replay")
+                w = m.commit(w, p, m.merged_rows(m.rows(w, p), src, reach), tag)
+                if proto.verified_from_commits:
+                    w = w._replace(tasks=reset(w.tasks, p, h))
+                changed |= reach
+        return w, (frozenset(changed),), 3
+    if pc == 3:  # slice_ids replaced, the MERGE by content, quarantine last
+        src = m.survivors(w, p, s)
+        ids = frozenset(x for x in get(w.ids, p) if x[0] != s)
+        w = w._replace(ids=put(w.ids, p, ids | {(s, c.key, c.date) for c in src.values()}))
+        reach = m.reach(w, p, s, set(src), {c.date for c in src.values()})
+        w = m.commit(w, p, m.merged_rows(m.rows(w, p), src, reach), (s, "replay"))
+        q = frozenset(c for c in get(w.quarantine, p) if c.slice != s)
+        q |= {c for c in m.sc.copies if c.slice == s and not m.valid(w, p, c)}
+        w = w._replace(quarantine=put(w.quarantine, p, q))
+        w = m.set_rec(w, p, "replay", s, len(m.versions(w, p)) - 1)
+        w = m.set_rec(w, p, "replay_changed", s, loc[0])
+        w = m.set_rec(w, p, "applied", s, True)
+        # the replay is a new revision: its gate, publish and announce run again
+        return w._replace(tasks=reset(w.tasks, p, s)), (), "ok"
+    raise AssertionError(pc)
+
+
+def reset(tasks: tuple, p: str, s: str) -> tuple:
+    """A slice's gate, publish and announce to run again (a new revision of it)."""
+    return tuple((t, v) for t, v in tasks if not (t[:2] == (p, s) and t[2] != "ingest"))
+
+
+PROGRAMS = {
+    "plan": plan,
+    "ingest": ingest,
+    "gate": gate,
+    "publish": publish,
+    "announce": announce,
+    "replay": replay,
+}
+
+
+# -- the scheduler: Airflow's task order, retries, kills and the operator ----------
+def upstream_done(w: World, p: str, s: str, step: str) -> bool:
+    if step in ("plan", "replay"):
+        return True
+    before = STEPS[STEPS.index(step) - 1]
+    return (get(w.tasks, (p, s, before)) or (0, None))[1] == "ok"
+
+
+def moves(m: Model, w: World) -> list[tuple[str, World]]:
+    sc, out = m.sc, []
+    steps = STEPS if sc.publish else STEPS[:3]
+    # start an attempt of a slice's first task not yet succeeded (Airflow's task order)
+    tasks = dict(w.tasks)
+    live = {r[:3] for r in w.running}
+    if len(w.running) < sc.parallel:
+        for p in sc.pipelines:
+            for s in sc.slices:
+                for step in steps:
+                    used, outcome = tasks.get((p, s, step), (0, None))
+                    if outcome == "ok":
+                        continue
+                    if used < sc.attempts and (
+                        (p, s, step) not in live or (sc.zombies and outcome == "lost")
+                    ):
+                        started = w._replace(
+                            tasks=put(w.tasks, (p, s, step), (used + 1, "running")),
+                            running=tuple(sorted((*w.running, (p, s, step, used + 1, 0, ())))),
+                        )
+                        out.append((f"start {p}/{s}/{step}#{used + 1}", started))
+                    break
+    # the operator: the rules turn strict, then the replay runs (once the slice is published)
+    if sc.replay and "replay" not in w.done:
+        p = sc.pipelines[0]
+        if m.rec(w, p, "publish", sc.replay) is not None and not any(
+            r[2] == "replay" for r in w.running
+        ):
+            w2 = w._replace(strict=w.strict | {p}, done=w.done | {"replay"})
+            run = tuple(sorted((*w2.running, (p, sc.replay, "replay", 1, 0, ()))))
+            out.append((f"rules of {p} turn strict; replay {sc.replay}", w2._replace(running=run)))
+    if sc.drop_bronze and "drop" not in w.done:
+        p = sc.pipelines[0]
+        if m.rec(w, p, "publish", sc.drop_bronze) is not None:
+            w2 = m.set_rec(w, p, "dropped", sc.drop_bronze, True)
+            out.append(
+                (
+                    f"maintenance drops bronze of {sc.drop_bronze}",
+                    w2._replace(done=w2.done | {"drop"}),
+                )
+            )
+    # step or kill a running attempt
+    for i, (p, s, step, n, pc, loc) in enumerate(w.running):
+        rest = w.running[:i] + w.running[i + 1 :]
+        point = POINT_AFTER.get((step, pc))
+        label = f"{p}/{s}/{step}#{n} {pc}" + (f" [{point}]" if point else "")
+        try:
+            w2, loc2, nxt = PROGRAMS[step](m, w, p, s, pc, loc)
+        except Violation as v:
+            out.append((label, v))
+            continue
+        if nxt in ("ok", "failed"):
+            stale = (get(w2.tasks, (p, s, step)) or (0, None))[0] != n  # a zombie finishing
+            tasks = w2.tasks if stale else put(w2.tasks, (p, s, step), (n, nxt))
+            out.append((f"{label} -> {nxt}", w2._replace(running=rest, tasks=tasks)))
+        else:
+            run = tuple(sorted((*rest, (p, s, step, n, nxt, loc2))))
+            if (nxt, loc2) == (pc, loc) and w2 == w:
+                pass  # a wait that changes nothing: only another move can free it
+            else:
+                out.append((label, w2._replace(running=run)))
+        if w.kills < sc.kills and step != "replay":
+            used = (get(w.tasks, (p, s, step)) or (0, None))[0]
+            tasks = put(w.tasks, (p, s, step), (used, "lost")) if used == n else w.tasks
+            killed = w._replace(running=rest, tasks=tasks, kills=w.kills + 1)
+            out.append((f"kill {label}", killed))
+            if sc.zombies and used == n:
+                out.append(
+                    (f"lose {label} (it runs on)", w._replace(tasks=tasks, kills=w.kills + 1))
+                )
+    return out
+
+
+def oracle(m: Model, w: World, p: str) -> frozenset[Copy]:
+    """What silver must hold: per key the lowest-positioned copy valid under the rules
+    each processed slice was last written with."""
+    best: dict[str, Copy] = {}
+    for s in m.sc.slices:
+        applied = m.rec(w, p, "applied", s)
+        if applied is None:
+            continue
+        for c in m.sc.copies:
+            if c.slice == s and not (c.strict_invalid and applied):
+                if c.key not in best or c.pos < best[c.key].pos:
+                    best[c.key] = c
+    return frozenset(best.values())
+
+
+def check_quiet(m: Model, w: World) -> None:
+    for p in m.sc.pipelines:
+        m.check_unique(w, p)
+        rows = m.rows(w, p)
+        both = rows & get(w.quarantine, p)
+        if both:
+            raise Violation("quarantined_and_stored", f"{p}: {sorted(both)}")
+        if rows != oracle(m, w, p):
+            raise Violation("not_oracle", f"{p} silver {sorted(rows)} != {sorted(oracle(m, w, p))}")
+
+
+def recover(m: Model, w: World) -> None:
+    """On-call's clean rerun from a quiet state: the failing expectation corrected, then
+    every task not succeeded run again (no kill, one at a time, in schedule order, each
+    whose upstream succeeded, until none moves): every slice must end published."""
+    w = w._replace(repaired=True, running=(), kills=m.sc.kills)
+    steps = STEPS if m.sc.publish else STEPS[:3]
+    pending = [(p, s, step) for p in m.sc.pipelines for s in m.sc.slices for step in steps]
+    moved = True
+    while moved:
+        moved = False
+        for p, s, step in pending:
+            if (get(w.tasks, (p, s, step)) or (0, None))[1] == "ok":
+                continue
+            if not upstream_done(w, p, s, step):
+                continue
+            loc, pc, w2 = (), 0, w
+            for _ in range(50):
+                w2, loc, pc = PROGRAMS[step](m, w2, p, s, pc, loc)
+                if pc in ("ok", "failed"):
+                    break
+            if pc == "ok":
+                w, moved = w2._replace(tasks=put(w2.tasks, (p, s, step), (9, "ok"))), True
+    stuck = [t for t in pending if (get(w.tasks, t) or (0, None))[1] != "ok"]
+    if stuck:
+        raise Violation("wedged", f"after a clean rerun of every task, {stuck} do not pass")
+    check_quiet(m, w)
+
+
+@dataclass
+class Report:
+    scenario: str
+    states: int = 0
+    quiet: int = 0  # states with nothing left to run (each then rerun by on-call)
+    violations: dict[str, list[str]] = field(default_factory=dict)  # invariant -> trace
+
+    @property
+    def found(self) -> set[str]:
+        return set(self.violations)
+
+    def describe(self) -> str:
+        lines = [f"{self.scenario}: {self.states} states, {self.quiet} quiet"]
+        for invariant, trace in sorted(self.violations.items()):
+            lines.append(f"  {invariant}:")
+            lines += [f"    {step}" for step in compact(trace)]
+        return "\n".join(lines)
+
+
+def compact(trace: list[str]) -> list[str]:
+    """A trace with each attempt's consecutive actions on one line."""
+    out: list[str] = []
+    for step in trace:
+        head = step.split(" ", 1)[0]
+        if out and "#" in head and out[-1].startswith(head + " ") and "->" not in out[-1]:
+            out[-1] += ", " + step.split(" ", 1)[1]
+        else:
+            out.append(step)
+    return out
+
+
+def explore(sc: Scenario, proto: Protocol = SHIPPED, limit: int = 2_000_000) -> Report:
+    """Every state the scenario can reach (depth first, each once); the first trace to
+    each invariant it breaks."""
+    m, report = Model(sc, proto), Report(sc.name)
+    start = initial(sc)
+    seen = {start}
+    stack: list[tuple[World, tuple[str, ...]]] = [(start, ())]
+    while stack:
+        w, trace = stack.pop()
+        report.states += 1
+        if report.states > limit:
+            raise RuntimeError(f"{sc.name}: more than {limit} states; bound the scenario")
+        nexts = moves(m, w)
+        if not nexts:
+            report.quiet += 1
+            try:
+                check_quiet(m, w)
+                recover(m, w)
+            except Violation as v:
+                report.violations.setdefault(v.invariant, [*trace, str(v)])
+            continue
+        for label, w2 in nexts:
+            if isinstance(w2, Violation):
+                report.violations.setdefault(w2.invariant, [*trace, label, str(w2)])
+            elif w2 not in seen:
+                seen.add(w2)
+                stack.append((w2, (*trace, label)))
+    return report
+
+
+def shipped(**fixes: bool) -> Protocol:
+    return replace(SHIPPED, **fixes)
