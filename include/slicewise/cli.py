@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, replace
@@ -362,6 +363,7 @@ def check_pipelines(path: str | None) -> int:
 
     where = path or definitions_file()
     pipelines = load_pipelines(where)
+    ledgers = os.environ.get("SLICEWISE_LEDGER_DIR", "").strip().rstrip("/") or "<lakehouse>"
     from slicewise.gate import declared_expectations  # Great Expectations: a slow import
 
     for p in pipelines.values():
@@ -369,7 +371,13 @@ def check_pipelines(path: str | None) -> int:
         print(
             f"{p.name}: DAG {p.dag_id}, topic {p.topic}, key ({', '.join(p.key)}), "
             f"event time {p.event_time}, {len(p.fields)} fields, horizon {p.horizon_days} d, "
-            f"tables <lakehouse>/{p.tables_folder}/, {len(p.expectations)} extra expectation(s)"
+            f"tables <lakehouse>/{p.tables_folder}/, ledger "
+            + (
+                f"{ledgers}/{p.tables_folder}/_ledger/{p.topic}/"
+                if ledgers == "<lakehouse>"
+                else f"{ledgers}/{p.tables_folder}/{p.topic}/"
+            )
+            + f", {len(p.expectations)} extra expectation(s)"
         )
     print(f"{where}: {len(pipelines)} pipeline(s), all valid")
     return 0

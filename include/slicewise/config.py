@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
+from functools import cached_property
 from pathlib import Path
 
 from slicewise.connect_auth import HIDDEN, configured_token, redacted
@@ -46,8 +47,11 @@ class Settings:
     # their keys, never their values (`__repr__`).
     kafka_props: Mapping[str, str] = field(default_factory=dict)
     kafka_spark_props: Mapping[str, str] = field(default_factory=dict)
-    # The ledger beside the tables unless set: a POSIX path when the tables are on an object store.
+    # The ledgers' root (SLICEWISE_LEDGER_DIR), each pipeline's in a folder of its own under
+    # it; None: beside the tables. A POSIX path when the tables are on an object store.
     ledger_location: str | None = None
+    # The other pipelines of the definition file reading this one's topic.
+    topic_shared_with: tuple[str, ...] = ()
     # sc://host:port of a Spark Connect server the steps are clients of; None: in-process Spark.
     spark_remote: str | None = None
     # The token its clients send (connect_auth); never in a repr, so never in a log.
@@ -103,13 +107,44 @@ class Settings:
         each pipeline has a folder of its own under the lakehouse."""
         return f"{self.lakehouse.rstrip('/')}/{self.pipeline.tables_folder}/{name}"
 
-    @property
+    @cached_property
     def ledger_dir(self) -> str:
-        return self.ledger_location or self.table("_ledger")
+        """Where the pipeline's ledger lives (the `Ledger` is its `<topic>/` folder): beside
+        its tables, or under SLICEWISE_LEDGER_DIR in its tables' folder name, so two
+        pipelines on one topic never share marks, gate records or retention."""
+        if self.ledger_location is None:
+            return self.table("_ledger")
+        root = self.ledger_location.rstrip("/")
+        own = f"{root}/{self.pipeline.tables_folder}"
+        return earlier_ledger(root, own, self.topic, self.pipeline.name, self.topic_shared_with)
 
     @property
     def data_docs_dir(self) -> Path:
         return self.state_dir / "data_docs" / self.pipeline.name
+
+
+def earlier_ledger(root: str, own: str, topic: str, name: str, sharing: tuple[str, ...]) -> str:
+    """`own`, unless the ledger is still where earlier versions kept it, one per topic
+    under SLICEWISE_LEDGER_DIR (`<root>/<topic>/`) and `own` holds none: that ledger is
+    used where it is while this pipeline is the only one reading the topic. Shared by
+    several, it holds their records mixed, and every step refuses until it is moved."""
+    from slicewise.store import open_store
+
+    def holds_a_ledger(location: str) -> bool:
+        return bool(open_store(f"{location}/{topic}").keys("boundaries", limit=1))
+
+    if not holds_a_ledger(root) or holds_a_ledger(own):
+        return own
+    if not sharing:
+        return root
+    raise ConfigError(
+        f"the offset ledger at {root}/{topic} is shared by pipelines {', '.join(sorted((name, *sharing)))} "
+        f"of topic {topic!r} (an earlier version kept one ledger per topic under "
+        "SLICEWISE_LEDGER_DIR): one pipeline's passing gate could publish rows another's "
+        f"gate rejected. Give each its own: copy {root}/{topic}/ to <SLICEWISE_LEDGER_DIR>/"
+        f"<pipeline's tables folder>/{topic}/ for each of them, then run each pipeline's gate "
+        "again for its slices not yet published (docs/RUNBOOK.md#a-shared-ledger)."
+    )
 
 
 def schema_registry(env: Mapping[str, str], definition: Pipeline) -> SchemaRegistry | None:
@@ -275,6 +310,13 @@ def load_settings(env: Mapping[str, str] | None = None, pipeline: str | None = N
         kafka_props=kafka_props_from_env(env),
         kafka_spark_props=kafka_props_from_env(env, KAFKA_SPARK_PROP_PREFIX),
         ledger_location=env.get("SLICEWISE_LEDGER_DIR", "").strip() or None,
+        topic_shared_with=tuple(
+            sorted(
+                n
+                for n, p in load_pipelines(definitions_file(env)).items()
+                if p.topic == definition.topic and n != definition.name
+            )
+        ),
         spark_remote=_spark_remote(env),
         spark_token=configured_token(env, state_dir),
         max_open_transaction_seconds=_int(env, "SLICEWISE_MAX_OPEN_TRANSACTION_SECONDS", 900),

@@ -1,7 +1,7 @@
 """The offset ledger: boundaries and slices, stored with the lakehouse.
 
 Plain JSON objects under `<lakehouse>/<pipeline>/_ledger/<topic>/` (or
-`SLICEWISE_LEDGER_DIR/<topic>/`), on local or mounted disk or on the object store the
+`SLICEWISE_LEDGER_DIR/<pipeline>/<topic>/`: `Settings.ledger_dir`), on local or mounted disk or on the object store the
 tables use, readable by Airflow workers (which plan) and Spark drivers (which read
 slices) alike. A boundary is written with a create that fails if the name exists (a
 hard link on disk, a conditional put on an object store): two resolvers racing on one

@@ -5,6 +5,7 @@ backfilled interval plans contiguous slices."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -15,13 +16,14 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from pyspark.sql import functions as F
 
+from slicewise.config import load_settings
 from slicewise.gate import GateFailed, run_gate
 from slicewise.ingest import run_ingest
 from slicewise.kafka.consumer_group import ConsumerGroup
 from slicewise.kafka.offsets import TopicOffsets, client_conf
 from slicewise.ledger import Ledger
 from slicewise.planner import CompactedTopic, plan_slice
-from slicewise.publish import PublicationBlocked, run_publish
+from slicewise.publish import GateNotPassed, PublicationBlocked, run_publish
 from slicewise.slices import TopicReset
 from slicewise.spark import remote_session
 from slicewise.tables import table_exists
@@ -122,6 +124,52 @@ def test_a_failed_gate_holds_every_publication_until_it_passes(
         .load(settings.table("silver"))
     )
     assert silver_then.where(F.col("event_id").startswith("b-")).count() == 30
+
+
+def test_two_pipelines_on_one_topic_under_one_ledger_dir_keep_their_own_verdicts(
+    spark, pipeline_factory, new_topic, tmp_path
+):
+    """`loose` without expectations and `strict` refusing refunds read one topic, with
+    SLICEWISE_LEDGER_DIR set: loose's passing gate neither clears strict's verdict nor
+    lets strict publish the refunds its gate rejected."""
+    topic = new_topic(1)
+    one = definition(topic)
+    both = "pipelines:\n" + "".join(
+        one.split("pipelines:\n", 1)[1].replace("  events:", f"  {name}:", 1)
+        for name in ("loose", "strict")
+    )
+    both += "    expectations:\n"
+    both += "      - expect_column_values_to_be_in_set: {column: event_type, value_set: [click]}\n"
+    (tmp_path / "pipelines.yaml").write_text(both)
+    base, producer = pipeline_factory(topic=topic)
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "SLICEWISE_TOPIC"},
+        "SLICEWISE_KAFKA_BOOTSTRAP": base.bootstrap_servers,
+        "SLICEWISE_SPARK_REMOTE": base.spark_remote or "",
+        "SLICEWISE_STATE_DIR": str(tmp_path / "state"),
+        "SLICEWISE_LAKEHOUSE": str(tmp_path / "lakehouse"),
+        "SLICEWISE_PIPELINES_FILE": str(tmp_path / "pipelines.yaml"),
+        "SLICEWISE_LEDGER_DIR": str(tmp_path / "ledgers"),
+    }
+    loose, strict = (load_settings(env, pipeline=name) for name in ("loose", "strict"))
+    assert strict.pipeline.expectations and not loose.pipeline.expectations
+    producer.send([ev(f"c-{i}", 0.1 + i / 100) for i in range(20)])
+    producer.send([ev(f"r-{i}", 0.5, event_type="refund") for i in range(5)])
+
+    slices = {}
+    for settings in (loose, strict):
+        slices[settings.pipeline.name] = plan_slice(settings, at(0), at(1), now=LATER).slice_id
+        run_ingest(spark, settings, slices[settings.pipeline.name])
+    with pytest.raises(GateFailed):
+        run_gate(spark, strict, slices["strict"])
+    assert run_gate(spark, loose, slices["loose"])["success"]
+    with pytest.raises(GateNotPassed, match="nothing was published"):
+        run_publish(spark, strict, slices["strict"])
+    assert not table_exists(spark, strict.table("gold_events_per_hour"))
+    assert Ledger(strict.ledger_dir, topic).step(slices["strict"], "gate")["success"] is False
+    run_publish(spark, loose, slices["loose"])
+    assert gold_events(spark, loose) == 25
+    assert loose.ledger_dir != strict.ledger_dir
 
 
 def test_a_publication_waits_for_a_slice_merged_before_it(spark, pipeline):

@@ -1,3 +1,4 @@
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -83,7 +84,66 @@ def test_the_ledger_lives_with_the_tables_unless_placed_elsewhere(tmp_path):
     lh = load_settings({"SLICEWISE_LAKEHOUSE": "/data/lh"})
     assert lh.ledger_dir == "/data/lh/events/_ledger"
     placed = load_settings({"SLICEWISE_LAKEHOUSE": "s3a://b/lh", "SLICEWISE_LEDGER_DIR": "/mnt/l"})
-    assert (placed.table("silver"), placed.ledger_dir) == ("s3a://b/lh/events/silver", "/mnt/l")
+    assert (placed.table("silver"), placed.ledger_dir) == (
+        "s3a://b/lh/events/silver",
+        "/mnt/l/events",
+    )
+
+
+TWO_ON_ONE_TOPIC = """
+pipelines:
+  loose:
+    topic: events
+    key: [event_id]
+    event_time: occurred_at
+    fields:
+      event_id: {type: string, required: true}
+      occurred_at: {type: timestamp, required: true}
+  strict:
+    topic: events
+    key: [event_id]
+    event_time: occurred_at
+    fields:
+      event_id: {type: string, required: true}
+      occurred_at: {type: timestamp, required: true}
+"""
+
+
+def test_two_pipelines_on_one_topic_never_share_a_ledger_under_slicewise_ledger_dir(tmp_path):
+    from slicewise.ledger import Ledger
+    from slicewise.slices import Boundary
+
+    (tmp_path / "pipelines.yaml").write_text(TWO_ON_ONE_TOPIC)
+    env = {
+        "SLICEWISE_PIPELINES_FILE": str(tmp_path / "pipelines.yaml"),
+        "SLICEWISE_LEDGER_DIR": str(tmp_path / "ledgers"),
+    }
+    loose, strict = (load_settings(env, pipeline=p) for p in ("loose", "strict"))
+    assert loose.ledger_dir == f"{tmp_path}/ledgers/loose"
+    assert strict.ledger_dir == f"{tmp_path}/ledgers/strict"
+    # A ledger an earlier version kept per topic, shared by both: every step refuses,
+    # naming the pipelines and the move, rather than mixing their records.
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    Ledger(str(tmp_path / "ledgers"), "events").put_boundary(Boundary("events", at, {0: 0}))
+    for p in ("loose", "strict"):
+        with pytest.raises(ConfigError, match="shared by pipelines loose, strict") as refused:
+            _ = load_settings(env, pipeline=p).ledger_dir
+        assert "run each pipeline's gate" in str(refused.value)
+    # Moved (copied to each pipeline's folder), each finds its own.
+    for p in ("loose", "strict"):
+        shutil.copytree(tmp_path / "ledgers" / "events", tmp_path / "ledgers" / p / "events")
+        assert load_settings(env, pipeline=p).ledger_dir == f"{tmp_path}/ledgers/{p}"
+
+
+def test_a_ledger_an_earlier_version_kept_per_topic_is_found_where_it_is(tmp_path):
+    from slicewise.ledger import Ledger
+    from slicewise.slices import Boundary
+
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    Ledger(str(tmp_path), "events").put_boundary(Boundary("events", at, {0: 7}))
+    settings = load_settings({"SLICEWISE_LEDGER_DIR": str(tmp_path)})  # one pipeline, `events`
+    assert settings.ledger_dir == str(tmp_path)
+    assert Ledger(settings.ledger_dir, settings.topic).boundary(at).offsets == {0: 7}
 
 
 def test_the_ledger_follows_the_tables_onto_an_object_store_and_refuses_other_schemes():

@@ -126,7 +126,6 @@ def test_the_designed_protocol_holds_in_every_reachable_state(hole: str) -> None
 # The fixes the code does not ship yet, and what the model finds in it for them.
 OPEN = {
     "verified_from_commits",
-    "ledger_per_pipeline",
     "replay_by_position",
     "replay_refuses_dropped",
     "gold_fenced",
