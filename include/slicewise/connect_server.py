@@ -115,20 +115,25 @@ def documented_command(port: int = DEFAULT_PORT) -> str:
     on it: Spark's own `spark-submit` of `SparkConnectServer`, our jars as `--packages`
     (resolved from Maven Central by Spark's Ivy), the settings every session needs
     (Delta's extension and catalog, UTC; the client sets the session ones again per
-    session) and the pre-shared token, read from the environment where it starts."""
-    conf = {
-        **static_conf(),
-        "spark.connect.grpc.binding.port": str(port),
-        "spark.connect.authenticate.token": '"$SLICEWISE_SPARK_TOKEN"',
-    }
+    session) and the pre-shared token. The token goes into a properties file (mode
+    0600, written by the shell's own `printf`, no process of its own), never onto the
+    command line, where every local user's `ps` would show it; `--load-spark-defaults`
+    keeps the installation's spark-defaults.conf, which a properties file would replace."""
+    conf = {**static_conf(), "spark.connect.grpc.binding.port": str(port)}
+    secrets = '"${SLICEWISE_SPARK_PROPERTIES:-$HOME/.slicewise-connect.properties}"'
     lines = [
         f"spark-submit --class {SERVER_CLASS} --name slicewise-connect",
+        f"--properties-file {secrets} --load-spark-defaults",
         f"--packages {','.join(spark_packages())}",
         f"--exclude-packages {','.join(UNWANTED_PACKAGES)}",
         *(f"--conf {k}={v}" for k, v in conf.items()),
         "spark-internal",
     ]
-    return " \\\n  ".join(lines)  # a shell line: the token expands where it starts
+    write = (
+        "(umask 077 && printf 'spark.connect.authenticate.token=%s\\n' "
+        f'"$SLICEWISE_SPARK_TOKEN" > {secrets}) &&'
+    )
+    return write + "\n" + " \\\n  ".join(lines)  # shell lines: the token expands where it starts
 
 
 def connect_connection(url: str, token: str | None) -> str:

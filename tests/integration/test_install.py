@@ -19,6 +19,7 @@ from datetime import datetime, timedelta, timezone
 from email.parser import Parser
 from pathlib import Path
 
+import psutil
 import pytest
 
 from slicewise.connect_server import port_open
@@ -190,6 +191,7 @@ def test_a_worker_without_java_runs_a_slice_on_sparks_own_connect_server(
                 **os.environ,
                 "TZ": "America/New_York",  # the JVM's default zone
                 "SLICEWISE_SPARK_TOKEN": token,
+                "SLICEWISE_SPARK_PROPERTIES": str(tmp_path / "connect.properties"),
                 "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
             },
         )
@@ -197,6 +199,10 @@ def test_a_worker_without_java_runs_a_slice_on_sparks_own_connect_server(
         # The worker's venv installs while the server fetches its packages and starts.
         venv = install(wheel, "3.12", tmp_path, extras="[airflow]")
         wait_for_port(port, server, logs)
+        # The token is in a file only its owner reads, on no process's command line.
+        assert (tmp_path / "connect.properties").stat().st_mode & 0o077 == 0
+        shown = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])]
+        assert not [c for c in shown if c and token in " ".join(c)]
         home = tmp_path / "airflow"
         (home / "dags").mkdir(parents=True)
         shutil.copy(REPO_ROOT / "dags" / "slicewise_pipelines.py", home / "dags")
