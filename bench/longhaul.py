@@ -117,7 +117,7 @@ def real_slice(spark, settings: Settings, producer: TxProducer, at: datetime, n:
 def status(settings: Settings, last: int) -> None:
     """What `slicewise status --last N` does, without printing: the same N slices shown
     early and late (the default 24 would show fewer at first)."""
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     rows = status_rows(ledger, shown_slices(ledger, last, None, None))
     status_freshness(settings, ledger, rows)
 
@@ -128,7 +128,7 @@ def synthesise(spark, settings: Settings, hours: list[datetime], n: int) -> None
     one file per slice (per event date in silver), as the slices' own commits would.
     Batching the commits is what makes 2,000 slices fit in an hour; NOTES.md says what
     it changes (fewer log entries and idempotent-write ids than the real steps leave)."""
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     schemas = {
         name: spark.read.format("delta").load(settings.table(name)).schema
         for name in ("silver", "slice_ids")

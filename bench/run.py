@@ -217,7 +217,7 @@ def airflow_run(settings: Settings, start: datetime, work: Path) -> dict:
     (run,) = runs.values()
     from slicewise.ledger import Ledger
 
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     (sl,) = ledger.slices()
     if run.state != "success" or not ledger.step(sl.slice_id, "publish"):
         raise SystemExit(f"the DAG run did not publish ({run.state}); see {work / 'airflow-logs'}")

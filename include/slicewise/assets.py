@@ -39,7 +39,7 @@ def announce(
 
     settings = load_settings(pipeline=pipeline)
     silver = silver_asset(pipeline)
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     # A replay changes what the slice published: it is announced again, as a revision.
     revision = (ledger.step(slice_id, "replay") or {}).get("recorded_at")
     this = (settings.topic, slice_id, revision)

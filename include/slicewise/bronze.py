@@ -134,7 +134,7 @@ def run_bronze(
 def _bronze(
     spark: SparkSession, settings: Settings, slice_id: str, accept_data_loss: bool
 ) -> BronzeResult:
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     sl = ledger.load_slice(slice_id)
     readable = readable_ranges(spark, settings, ledger, sl, accept_data_loss)
     if readable is None:

@@ -303,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             print(sl.describe())
         elif args.command == "status":
-            ledger = Ledger(settings.ledger_dir, settings.topic)
+            ledger = Ledger.of(settings)
             shown = shown_slices(ledger, args.last, args.since, args.slice_id)
             rows, holds = status_rows(ledger, shown), list(ledger.holds().values())
             fresh = status_freshness(settings, ledger, rows)
@@ -349,7 +349,7 @@ def fetch_docs(settings: Settings, slice_id: str, into: Path) -> list[Path]:
     """The Data Docs pages of a slice's latest gate run, copied under `into`."""
     from slicewise.data_docs import fetch
 
-    gate = Ledger(settings.ledger_dir, settings.topic).step(slice_id, "gate")
+    gate = Ledger.of(settings).step(slice_id, "gate")
     if gate is None:
         raise OperationalError(
             f"slice {slice_id} has no gate outcome in the ledger: run its `gate` task first"

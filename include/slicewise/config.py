@@ -12,7 +12,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
-from functools import cached_property
 from pathlib import Path
 
 from slicewise.connect_auth import HIDDEN, configured_token, redacted
@@ -107,44 +106,19 @@ class Settings:
         each pipeline has a folder of its own under the lakehouse."""
         return f"{self.lakehouse.rstrip('/')}/{self.pipeline.tables_folder}/{name}"
 
-    @cached_property
+    @property
     def ledger_dir(self) -> str:
         """Where the pipeline's ledger lives (the `Ledger` is its `<topic>/` folder): beside
         its tables, or under SLICEWISE_LEDGER_DIR in its tables' folder name, so two
-        pipelines on one topic never share marks, gate records or retention."""
+        pipelines on one topic never share gate records or retention. `Ledger.of` opens
+        it (and finds one an earlier version kept per topic)."""
         if self.ledger_location is None:
             return self.table("_ledger")
-        root = self.ledger_location.rstrip("/")
-        own = f"{root}/{self.pipeline.tables_folder}"
-        return earlier_ledger(root, own, self.topic, self.pipeline.name, self.topic_shared_with)
+        return f"{self.ledger_location.rstrip('/')}/{self.pipeline.tables_folder}"
 
     @property
     def data_docs_dir(self) -> Path:
         return self.state_dir / "data_docs" / self.pipeline.name
-
-
-def earlier_ledger(root: str, own: str, topic: str, name: str, sharing: tuple[str, ...]) -> str:
-    """`own`, unless the ledger is still where earlier versions kept it, one per topic
-    under SLICEWISE_LEDGER_DIR (`<root>/<topic>/`) and `own` holds none: that ledger is
-    used where it is while this pipeline is the only one reading the topic. Shared by
-    several, it holds their records mixed, and every step refuses until it is moved."""
-    from slicewise.store import open_store
-
-    def holds_a_ledger(location: str) -> bool:
-        return bool(open_store(f"{location}/{topic}").keys("boundaries", limit=1))
-
-    if not holds_a_ledger(root) or holds_a_ledger(own):
-        return own
-    if not sharing:
-        return root
-    raise ConfigError(
-        f"the offset ledger at {root}/{topic} is shared by pipelines {', '.join(sorted((name, *sharing)))} "
-        f"of topic {topic!r} (an earlier version kept one ledger per topic under "
-        "SLICEWISE_LEDGER_DIR): one pipeline's passing gate could publish rows another's "
-        f"gate rejected. Give each its own: copy {root}/{topic}/ to <SLICEWISE_LEDGER_DIR>/"
-        f"<pipeline's tables folder>/{topic}/ for each of them, then run each pipeline's gate "
-        "again for its slices not yet published (docs/RUNBOOK.md#a-shared-ledger)."
-    )
 
 
 def schema_registry(env: Mapping[str, str], definition: Pipeline) -> SchemaRegistry | None:

@@ -119,7 +119,7 @@ def bronze_rows(spark: SparkSession, settings: Settings, slice_id: str) -> int:
     (`bronze.commit_bronze`; bronze appends a slice once and nothing changes its rows
     but retention, which refuses the gate), else counted (a slice ingested before the
     ledger kept them)."""
-    recorded = Ledger(settings.ledger_dir, settings.topic).step(slice_id, "bronze")
+    recorded = Ledger.of(settings).step(slice_id, "bronze")
     if recorded is not None and "rows" in recorded:
         return int(recorded["rows"])
     return of_slice(spark, settings.table("bronze"), BRONZE, slice_id).count()

@@ -51,7 +51,7 @@ def run_ingest(
 def _ingest(
     spark: SparkSession, settings: Settings, slice_id: str, accept_data_loss: bool
 ) -> IngestResult:
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     sl = ledger.load_slice(slice_id)
     readable = readable_ranges(spark, settings, ledger, sl, accept_data_loss)
     if readable is None:  # Kafka no longer holds the slice; bronze does

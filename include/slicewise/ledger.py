@@ -31,12 +31,16 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
-from slicewise.errors import OperationalError
+from slicewise.errors import ConfigError, OperationalError
 from slicewise.holds import Hold
 from slicewise.slices import Boundary, Slice, from_stamp, stamp
 from slicewise.store import open_store
+
+if TYPE_CHECKING:
+    from slicewise.config import Settings
 
 STEPS = ("plan", "bronze", "silver", "gate", "publish")
 # Recorded by maintenance when bronze retention deleted a published slice's rows.
@@ -114,6 +118,31 @@ def slice_from_json(d: dict[str, Any]) -> Slice:
     )
 
 
+@lru_cache(maxsize=32)
+def earlier_location(root: str, own: str, topic: str, name: str, sharing: tuple[str, ...]) -> str:
+    """`own`, unless the ledger is still where earlier versions kept it, one per topic
+    under SLICEWISE_LEDGER_DIR (`<root>/<topic>/`) and `own` holds none: that ledger is
+    used where it is while this pipeline is the only one reading the topic. Shared by
+    several, it holds their records mixed, and every step refuses until it is moved."""
+
+    def holds_a_ledger(location: str) -> bool:
+        return bool(open_store(f"{location}/{topic}").keys("boundaries", limit=1))
+
+    if not holds_a_ledger(root) or holds_a_ledger(own):
+        return own
+    if not sharing:
+        return root
+    pipelines = ", ".join(sorted((name, *sharing)))
+    raise ConfigError(
+        f"the offset ledger at {root}/{topic} is shared by pipelines {pipelines} of topic "
+        f"{topic!r} (an earlier version kept one ledger per topic under "
+        "SLICEWISE_LEDGER_DIR): one pipeline's passing gate could publish rows another's "
+        f"gate rejected. Give each its own: copy {root}/{topic}/ to <SLICEWISE_LEDGER_DIR>/"
+        f"<pipeline's tables folder>/{topic}/ for each of them, then run each pipeline's gate "
+        "again for its slices not yet published (docs/RUNBOOK.md#a-shared-ledger)."
+    )
+
+
 class SliceNotPlanned(OperationalError, LookupError):
     """A step was asked for a slice the ledger does not hold: plan its interval first."""
 
@@ -122,6 +151,22 @@ class Ledger:
     def __init__(self, location: str, topic: str):
         self.topic = topic
         self.store = open_store(location.rstrip("/") + "/" + topic)
+
+    @classmethod
+    def of(cls, settings: Settings) -> Ledger:
+        """The pipeline's ledger (`Settings.ledger_dir`, or where an earlier version kept
+        it: `earlier_location`)."""
+        pipeline = settings.pipeline
+        if settings.ledger_location is None:
+            return cls(settings.ledger_dir, settings.topic)
+        where = earlier_location(
+            settings.ledger_location.rstrip("/"),
+            settings.ledger_dir,
+            settings.topic,
+            pipeline.name,
+            settings.topic_shared_with,
+        )
+        return cls(where, settings.topic)
 
     def _read(self, key: str) -> Any:
         data = self.store.read(key)

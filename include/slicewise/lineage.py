@@ -74,7 +74,7 @@ def kafka_dataset(settings: Settings) -> tuple[str, str]:
 
 def step_lineage(settings: Settings, step: str, slice_id: str) -> OperatorLineage:
     """What the step read and wrote for the slice, from the ledger's records."""
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     sl = ledger.load_slice(slice_id)
     ranges = {str(p): [a, b] for p, (a, b) in sorted(sl.ranges.items())}
     gate = ledger.step(slice_id, "gate") or {}

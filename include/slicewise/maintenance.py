@@ -126,7 +126,7 @@ def run_maintenance(
         "spark.sql.sources.parallelPartitionDiscovery.parallelism",
         spark.conf.get("spark.sql.shuffle.partitions"),
     )
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     upkeep, kept = [], []
     for name in TABLES:
         path = settings.table(name)

@@ -203,7 +203,7 @@ def plan_slice(
     """
     start, end = utc(start), utc(end)
     now = utc(now) if now else datetime.now(timezone.utc)
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     closes = end + timedelta(seconds=settings.grace_seconds)
     frozen = ledger.boundary(end) is not None  # a rerun of a frozen slice
     if not frozen and now < closes:

@@ -46,7 +46,7 @@ class Publication:
 
 
 def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publication:
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     gate = ledger.step(slice_id, "gate")
     if not gate or not gate.get("success"):
         raise GateNotPassed(

@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 
 def run_replay(spark: SparkSession, settings: Settings, slice_id: str) -> SliceCounts:
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     sl = ledger.load_slice(slice_id)  # fails clearly if the slice is unknown
     require_bronze_rows(ledger, slice_id)
 

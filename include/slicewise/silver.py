@@ -406,7 +406,7 @@ def run_silver(spark: SparkSession, settings: Settings, slice_id: str) -> Silver
 
 def silver_from_bronze(spark: SparkSession, settings: Settings, slice_id: str) -> SilverResult:
     """Silver of a slice that bronze holds: never Kafka, which may have deleted it since."""
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     sl = ledger.load_slice(slice_id)
     return merge_slice(spark, settings, ledger, sl, parsed_slice(spark, settings, slice_id))
 

@@ -63,7 +63,7 @@ def report(settings: Settings, server: SparkConnectServer, oracle: Manifest) -> 
     gold = spark.read.format("delta").load(settings.table("gold_events_per_hour"))
     gold_total = gold.agg(F.sum("events")).first()[0]
 
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     print(
         "\nslice                               read  quarantined  dup-in-slice  dup-in-silver  inserted  gate"
     )

@@ -192,7 +192,7 @@ def test_backfills_and_a_clear_from_the_ui_run_each_slice_once(
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
         "SLICEWISE_GRACE_SECONDS": "0",
     }
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     with AirflowServices(env, tmp_path / "logs") as services:
         ui = UI(browser_page, f"http://127.0.0.1:{services.port}")
         ui.log_in("admin", PASSWORD)

@@ -111,7 +111,7 @@ def end_to_end(spark, settings, producer, run_dag, events_of) -> None:
         minute=0, second=0, microsecond=0
     )
     produce_hour(producer, start)
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
 
     states = run_dag(start + timedelta(hours=1))
     assert set(states.values()) == {"success"}, states
@@ -185,7 +185,7 @@ def test_dag_runs_end_to_end_reruns_change_nothing_and_a_failed_gate_blocks_publ
         run_dag=run_dag,
         events_of=lambda slice_id: asset_events(settings, slice_id),
     )
-    first = Ledger(settings.ledger_dir, settings.topic).slices()[0]
+    first = Ledger.of(settings).slices()[0]
     lineage_names_every_table_once_with_the_ledgers_counts(settings, first, lineage)
 
 
@@ -227,7 +227,7 @@ def test_a_failure_in_every_task_then_its_retry_ends_exactly_right(spark, dag_en
     assert [(r.value, r.reason) for r in quarantine.collect()] == [(b"not json", "invalid_json")]
     gold = spark.read.format("delta").load(settings.table("gold_events_per_hour"))
     assert gold.agg(F.sum("events")).first()[0] == 20
-    gate = Ledger(settings.ledger_dir, settings.topic).step(slice_id, "gate")
+    gate = Ledger.of(settings).step(slice_id, "gate")
     assert gate["success"] and gate["counts"]["missing"] == 0
     # announce failed after recording the ledger: its retry must still announce, once.
     assert len(asset_events(settings, slice_id)) == 1
@@ -246,8 +246,8 @@ def test_the_spark_submit_mode_runs_the_dag_end_to_end(spark, pipeline, airflow_
     run = dag.test(logical_date=start + timedelta(hours=1))
     assert set(states(run).values()) == {"success"}, states(run)
     assert [r[0] for r in silver_rows(spark, settings)] == sorted(f"e{i}" for i in range(20))
-    [sl] = Ledger(settings.ledger_dir, settings.topic).slices()
-    gate = Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "gate")
+    [sl] = Ledger.of(settings).slices()
+    gate = Ledger.of(settings).step(sl.slice_id, "gate")
     assert gate["success"] and gate["counts"]["read"] == 22 and gate["counts"]["quarantined"] == 1
     assert len(asset_events(settings, sl.slice_id)) == 1
 
@@ -288,7 +288,7 @@ def test_a_server_down_or_a_wrong_token_fails_the_step_fast_and_its_retry_then_s
     message = str(down.value)
     assert "'spark_connect_default'" in message and f"127.0.0.1:{closed}" in message
     assert "Nothing was written" in message and "RUNBOOK.md#spark-connect-server-down" in message
-    assert Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "bronze") is None
+    assert Ledger.of(settings).step(sl.slice_id, "bronze") is None
 
     # A wrong token: refused as fast, naming the connection and where the token goes.
     wrong = "not-the-token"
@@ -300,7 +300,7 @@ def test_a_server_down_or_a_wrong_token_fails_the_step_fast_and_its_retry_then_s
     message = str(refused.value)
     assert "'spark_connect_default'" in message and "Invalid authentication token" in message
     assert "password" in message and wrong not in message and os.environ[TOKEN_ENV] not in message
-    assert Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "bronze") is None
+    assert Ledger.of(settings).step(sl.slice_id, "bronze") is None
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT",

@@ -761,7 +761,7 @@ def worker_killed_run(spark, stack: CeleryStack, run: int, seed: int, row: Row) 
     assert done.state == "success", stack.airflow.tail()
     if mid_ingest:  # the lost attempt was failed and retried, not left running
         assert ingest_instance(stack, hour) == ("success", 2)
-    [sl] = [s for s in Ledger(settings.ledger_dir, settings.topic).slices() if s.start == hour]
+    [sl] = [s for s in Ledger.of(settings).slices() if s.start == hour]
     table = settings.table
     slice_ids = spark.read.format("delta").load(table("slice_ids"))
     kept = {r.event_id for r in slice_ids.where(F.col("slice_id") == sl.slice_id).collect()}
@@ -785,6 +785,6 @@ def worker_killed_run(spark, stack: CeleryStack, run: int, seed: int, row: Row) 
     row.unexpected += len((set(ours) | kept) - manifest.committed_valid)
     row.quarantined += len(quarantine)
     row.quarantine_wrong += len(quarantine ^ manifest.malformed)
-    assert Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "gate")["success"]
+    assert Ledger.of(settings).step(sl.slice_id, "gate")["success"]
     gold = spark.read.format("delta").load(table("gold_events_per_hour"))
     assert gold.agg(F.sum("events")).first()[0] == silver.count(), "gold does not count silver"

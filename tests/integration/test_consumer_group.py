@@ -110,7 +110,7 @@ def test_the_group_follows_publication_forward_and_lag_tools_see_it(
     old = publish_hour(spark, settings, 0)
     run_publish(spark, settings, newest.slice_id)
     assert describe(kafka_bootstrap, group, settings.topic) == arrived
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     assert ledger.step(old.slice_id, "acknowledge")["held"] == [newest.slice_id]
     assert ledger.step(newest.slice_id, "acknowledge")["held"] == [newest.slice_id]
 
@@ -125,7 +125,7 @@ def test_a_definition_can_turn_the_group_off(spark, pipeline_factory, kafka_boot
     assert settings.pipeline.consumer_group_name is None
     producer.send([Record(event_value("x", T0 + 0.5 * HOUR), 0, T0 + 0.5 * HOUR)])
     sl = publish_hour(spark, settings, 0)
-    assert Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "acknowledge") is None
+    assert Ledger.of(settings).step(sl.slice_id, "acknowledge") is None
     assert describe(kafka_bootstrap, "slicewise.events", settings.topic) == {}
 
 
@@ -171,7 +171,7 @@ def test_without_an_acl_for_the_group_the_publication_stands_and_says_so(
         }
     )
     sl = plan_slice(settings, T0, T0 + HOUR, now=LATER)  # etl may read the topic
-    ledger = Ledger(settings.ledger_dir, topic)
+    ledger = Ledger.of(settings)
 
     refused = acknowledge(settings, ledger, sl)
     assert "Group authorization failed" in refused["warning"], refused

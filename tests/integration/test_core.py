@@ -88,7 +88,7 @@ def test_contiguous_slices_with_out_of_order_timestamps_and_idle_partitions(spar
     producer.send([ev(f"p1-{i}", 4 + i / 10, 1) for i in range(4)])
     order = [3, 0, 5, 1, 4, 2]  # intervals planned out of order, like a backfill
     slices = {i: plan_slice(settings, at(i), at(i + 1), now=LATER) for i in order}
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     first, last = ledger.boundary(at(0)), ledger.boundary(at(6))
     for p in (0, 1, 2):
         owned = [o for i in range(6) for o in range(*slices[i].ranges.get(p, (0, 0)))]
@@ -123,7 +123,7 @@ def test_retention_gap_fails_with_data_loss_report_and_override_works(
 
     run_bronze(spark, settings, sl.slice_id, accept_data_loss=True)
     assert table(spark, settings, "bronze").count() == 6
-    ack = Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "data_loss_ack")
+    ack = Ledger.of(settings).step(sl.slice_id, "data_loss_ack")
     assert ack["losses"] == [{"partition": 0, "missing_from": frm, "missing_until": frm + 4}]
 
 
@@ -131,7 +131,7 @@ def test_a_backfill_older_than_retention_fails_planning_until_the_data_loss_over
     spark, pipeline, kafka_bootstrap, monkeypatch, capsys
 ):
     settings, producer = pipeline
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     producer.send([ev(f"old-{i}", 0.1 + i / 10, 0) for i in range(3)])  # hour 0: offsets 0-2
     producer.send([ev(f"new-{i}", 3.1 + i / 10, 0) for i in range(3)])
     producer.send([ev(f"p1-{i}", 0.2 + i / 10, 1) for i in range(3)])
@@ -538,7 +538,7 @@ def test_a_duplicate_in_silver_fails_the_gate_naming_it(spark, pipeline, tmp_pat
     )
     assert "expect_column_values_to_be_between(duplicate_keys)" in message
     assert "expect_column_values_to_be_unique(event_id): 2 unexpected, e.g. ['b']" in message
-    gate = Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "gate")
+    gate = Ledger.of(settings).step(sl.slice_id, "gate")
     assert gate["success"] is False and gate["counts"]["inserted"] == 3
     # Kept in the lakehouse: fetched from there once the gate host's own site is gone.
     assert len(gate["data_docs"]) == 2
@@ -579,7 +579,7 @@ def test_an_open_transaction_holding_the_lso_is_reported_then_fails_planning_onc
     pipeline, kafka_bootstrap, caplog, capsys, monkeypatch
 ):
     settings, producer = pipeline
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     producer.send([ev("before", 0.2, 1)])
     # Open for two slices: longer than the producer's default 60 s on a loaded host, when
     # the coordinator aborted it and its commit failed as fenced (fresh-clone CI, 2026-12-01).

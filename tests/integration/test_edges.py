@@ -90,7 +90,7 @@ def test_a_failed_gate_holds_every_publication_until_it_passes(
     producer.send([ev(f"a-{i}", 0.1 + i / 100, i % 3) for i in range(20)])
     producer.send([ev(f"r-{i}", 0.5, i % 3, event_type="refund") for i in range(5)])
     producer.send([ev(f"b-{i}", 1.1 + i / 100, i % 3) for i in range(30)])
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
 
     a = plan_slice(settings, at(0), at(1), now=LATER)
     run_ingest(spark, settings, a.slice_id)
@@ -269,7 +269,7 @@ def test_a_recreated_topic_is_refused_then_read_from_its_start(spark, pipeline, 
     reset = plan_slice(settings, at(2), at(3), now=LATER, accept_topic_reset=True)
     assert all(frm == 0 for frm, _ in reset.ranges.values())
     assert plan_slice(settings, at(2), at(3), now=LATER) == reset  # frozen, as any slice
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     assert [e["epoch"] for e in ledger.epochs()] == [1]
     assert ledger.step(reset.slice_id, "topic_reset_ack")["epoch"] == 1
     run_ingest(spark, settings, reset.slice_id)
@@ -415,7 +415,7 @@ def test_a_replay_under_stricter_rules_withdraws_what_it_now_quarantines(
         r.event_type: r.total
         for r in gold.groupBy("event_type").agg(F.sum("events").alias("total")).collect()
     } == {"click": 5}
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     assert ledger.step(a.slice_id, "replay")["changed"]
     assert run_replay(spark, stricter, a.slice_id) == counts  # safe to repeat
 

@@ -77,7 +77,7 @@ def test_a_retry_after_the_bronze_commit_reads_bronze_not_kafka(
     with pytest.raises(InjectedFault):
         run_ingest(spark, settings, sl.slice_id)
     assert table(spark, settings, "bronze").count() == 17
-    assert Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "silver") is None
+    assert Ledger.of(settings).step(sl.slice_id, "silver") is None
 
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     gone = [TopicPartition(settings.topic, p, until) for p, (_, until) in sl.ranges.items()]
@@ -85,7 +85,7 @@ def test_a_retry_after_the_bronze_commit_reads_bronze_not_kafka(
         future.result(30)
     again = run_ingest(spark, settings, sl.slice_id)  # no data-loss override needed
     assert (again.bronze.rows, again.bronze.committed) == (17, False)
-    assert Ledger(settings.ledger_dir, settings.topic).step(sl.slice_id, "data_loss_ack") is None
+    assert Ledger.of(settings).step(sl.slice_id, "data_loss_ack") is None
     silver = sorted(r.event_id for r in table(spark, settings, "silver").collect())
     assert silver == sorted(f"i-{n}" for n in range(12))
     assert table(spark, settings, "quarantine").count() == 3

@@ -32,7 +32,7 @@ LATER = datetime.now(timezone.utc) + timedelta(days=1)
 
 def write_history(settings: Settings, slices: int) -> None:
     """`slices` planned hours ending at T0, written through the ledger (many at once)."""
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     times = [T0 - (slices - i) * HOUR for i in range(slices + 1)]
     with ThreadPoolExecutor(16) as pool:
         stored = list(
@@ -73,7 +73,7 @@ def plan_and_status_calls(
         assert sum(b - a for a, b in sl.ranges.values()) == 9 + 3
 
     def status() -> None:
-        ledger = Ledger(settings.ledger_dir, settings.topic)
+        ledger = Ledger.of(settings)
         rows = status_rows(ledger, shown_slices(ledger, 10, None, None))
         assert len(rows) == 10
         assert rows[-1]["interval"] == [T0.isoformat(), (T0 + HOUR).isoformat()]

@@ -120,7 +120,7 @@ def test_maintenance_compacts_purges_retains_and_vacuums(
         cut.setattr(maintenance_module, "retry_on_conflict", cut_off)
         with pytest.raises(RuntimeError, match="cut off"):
             run_maintenance(spark, settings, now=NOW)
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     assert all(ledger.step(s, BRONZE_DROPPED) for s in published)
     with pytest.raises(BronzeDropped, match="bronze_retain"):
         run_ingest(spark, settings, published[1])

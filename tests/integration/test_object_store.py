@@ -41,7 +41,7 @@ def plan_in_order(env: dict[str, str], t0: datetime, hours: list[int]) -> dict[i
 
 def test_the_first_boundary_written_wins_on_the_object_store(pipeline_factory, s3_lakehouse):
     settings, _ = pipeline_factory(SLICEWISE_LAKEHOUSE=s3_lakehouse)
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     assert isinstance(ledger.store, ObjectStore)
     first = ledger.put_boundary(Boundary(settings.topic, T0, {0: 5}, datetime.now(timezone.utc)))
     second = ledger.put_boundary(Boundary(settings.topic, T0, {0: 9}, datetime.now(timezone.utc)))
@@ -78,7 +78,7 @@ def test_concurrent_planners_on_the_object_store_freeze_one_contiguous_slice_per
     # Every planner got the same slice for every hour: one answer per boundary.
     for h in hours:
         assert len({json.dumps(planner[h], sort_keys=True) for planner in seen}) == 1, h
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     boundaries = ledger.boundaries()
     assert [b.at for b in boundaries] == [T0 + h * HOUR for h in range(6)]
     check_contiguous(boundaries)

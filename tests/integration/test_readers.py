@@ -73,7 +73,7 @@ def test_delta_rs_reads_silver_with_deletion_vectors_through_its_query_engine(sp
         silver.to_pyarrow_table()
 
     # Gold is rewritten by hour (replaceWhere), without deletion vectors: any reader reads it.
-    for sl in Ledger(settings.ledger_dir, settings.topic).latest_slices(2):
+    for sl in Ledger.of(settings).latest_slices(2):
         run_gate(spark, settings, sl.slice_id)
         run_publish(spark, settings, sl.slice_id)
     gold = DeltaTable(settings.table("gold_events_per_hour"))

@@ -190,7 +190,7 @@ def test_runs_on_other_hosts_with_tables_on_s3_are_exact(
     server, spark_api = cluster_server
     assert settings.lakehouse.startswith("s3a://") and settings.ledger_dir.startswith("s3a://")
     start, latest = stream.hours
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
 
     # The scheduler's run of the latest closed hour, beside a backfill of an old one.
     [backfilled] = deployment.backfill(

@@ -127,12 +127,13 @@ def test_two_pipelines_on_one_topic_never_share_a_ledger_under_slicewise_ledger_
     Ledger(str(tmp_path / "ledgers"), "events").put_boundary(Boundary("events", at, {0: 0}))
     for p in ("loose", "strict"):
         with pytest.raises(ConfigError, match="shared by pipelines loose, strict") as refused:
-            _ = load_settings(env, pipeline=p).ledger_dir
+            Ledger.of(load_settings(env, pipeline=p))
         assert "run each pipeline's gate" in str(refused.value)
     # Moved (copied to each pipeline's folder), each finds its own.
     for p in ("loose", "strict"):
         shutil.copytree(tmp_path / "ledgers" / "events", tmp_path / "ledgers" / p / "events")
-        assert load_settings(env, pipeline=p).ledger_dir == f"{tmp_path}/ledgers/{p}"
+        moved = Ledger.of(load_settings(env, pipeline=p))
+        assert str(moved.store) == f"{tmp_path}/ledgers/{p}/events"
 
 
 def test_a_ledger_an_earlier_version_kept_per_topic_is_found_where_it_is(tmp_path):
@@ -142,8 +143,9 @@ def test_a_ledger_an_earlier_version_kept_per_topic_is_found_where_it_is(tmp_pat
     at = datetime(2026, 1, 1, tzinfo=timezone.utc)
     Ledger(str(tmp_path), "events").put_boundary(Boundary("events", at, {0: 7}))
     settings = load_settings({"SLICEWISE_LEDGER_DIR": str(tmp_path)})  # one pipeline, `events`
-    assert settings.ledger_dir == str(tmp_path)
-    assert Ledger(settings.ledger_dir, settings.topic).boundary(at).offsets == {0: 7}
+    assert settings.ledger_dir == f"{tmp_path}/events"  # where a new one would go
+    assert str(Ledger.of(settings).store) == f"{tmp_path}/events"  # the earlier one
+    assert Ledger.of(settings).boundary(at).offsets == {0: 7}
 
 
 def test_the_ledger_follows_the_tables_onto_an_object_store_and_refuses_other_schemes():
@@ -151,7 +153,7 @@ def test_the_ledger_follows_the_tables_onto_an_object_store_and_refuses_other_sc
     from slicewise.store import LocalFolder, ObjectStore
 
     settings = load_settings({"SLICEWISE_LAKEHOUSE": "s3a://bucket/lakehouse"})
-    ledger = Ledger(settings.ledger_dir, settings.topic)
+    ledger = Ledger.of(settings)
     assert isinstance(ledger.store, ObjectStore)
     assert str(ledger.store) == "s3a://bucket/lakehouse/events/_ledger/events"
     assert isinstance(Ledger("file:///data/lh/_ledger", "events").store, LocalFolder)
