@@ -43,7 +43,7 @@ from slicewise.gx_adapter import GateReport, gxe, validate
 from slicewise.ledger import Ledger
 from slicewise.pipelines import Pipeline, PipelineDefinitionError
 from slicewise.schemas import required_columns, silver_schema
-from slicewise.tables import read_table, table_version
+from slicewise.tables import read_table
 from slicewise.windows import recorded_ids, silver_window
 
 log = logging.getLogger(__name__)
@@ -134,20 +134,20 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
             f"slice {slice_id} has not been through silver; clear its `ingest` task (or run "
             f"`slicewise ingest --slice-id {slice_id}`) first. Nothing was published."
         )
-    # The gate proves one version of silver: publication may read a version holding this
-    # slice's commits only at or above it (`publish.verified_version`).
-    version = table_version(spark, settings.table("silver"))
-    counts, reports = _validate(spark, settings, slice_id, version)
+    counts, reports = _validate(spark, settings, slice_id)
     success = all(r.success for r in reports)
     summary = "\n".join(r.summary() for r in reports)
     outcome = {
         "success": success,
-        "silver_version": version,
         "suite_version": SUITE_VERSION,
         "counts": asdict(counts),
         "summary": summary,
         "data_docs": [r.docs_url for r in reports],
     }
+    if success:
+        # Cleared first: cut off before the record, the slice is not published until
+        # its gate runs again, while other slices' publications may pass it (proved).
+        ledger.mark_verified(slice_id)
     ledger.record_step(slice_id, "gate", settled(ledger.step(slice_id, "gate"), outcome))
     fault_point("gate.validated", settings, slice_id)
     if not success:
@@ -179,21 +179,16 @@ def settled(previous: dict | None, outcome: dict) -> dict:
         "recorded_at": datetime.now(timezone.utc).isoformat(),
         "counts": None if same else outcome["counts"],
     }
-    # The version proved is the newest run's: publication reads what this run saw.
-    return {
-        **previous,
-        "silver_version": outcome.get("silver_version"),
-        "rechecks": [*previous.get("rechecks", []), recheck],
-    }
+    return {**previous, "rechecks": [*previous.get("rechecks", []), recheck]}
 
 
 def _validate(
-    spark: SparkSession, settings: Settings, slice_id: str, version: int
+    spark: SparkSession, settings: Settings, slice_id: str
 ) -> tuple[SliceCounts, list[GateReport]]:
     pipeline = settings.pipeline
     schema = silver_schema(pipeline)
     row_suite = silver_slice_suite(pipeline)  # first: a bad declared expectation fails fast
-    reach, facts = slice_facts(spark, settings, slice_id, version)
+    reach, facts = slice_facts(spark, settings, slice_id)
     counts = counts_of(slice_id, facts)
     silver = read_table(spark, settings.table("silver"), schema)
     expected = {f.name for f in schema.fields}
@@ -215,7 +210,7 @@ def _validate(
     if pipeline.expectations or any(facts[f] for f in row_facts(pipeline)):
         key = list(pipeline.key_columns)
         ids = recorded_ids(spark, settings, slice_id).select(*key)
-        rows = silver_window(spark, settings, reach, version).join(ids, key, "left_semi")
+        rows = silver_window(spark, settings, reach).join(ids, key, "left_semi")
         reports.append(validate(rows, f"silver_slice_v{SUITE_VERSION}", row_suite, docs, slice_id))
     # Kept where every host reads them, before the verdict is recorded or raised.
     return counts, [replace(r, docs_url=keep(settings, r.site, r.docs_index)) for r in reports]

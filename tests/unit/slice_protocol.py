@@ -73,7 +73,7 @@ DESIGNED = Protocol(
     far_recheck=True,
     ack_below_unpublished=True,
 )
-SHIPPED = replace(BEFORE, ledger_per_pipeline=True, verified_from_commits=True)
+SHIPPED = replace(BEFORE, ledger_per_pipeline=True)
 
 
 class Copy(NamedTuple):
