@@ -23,7 +23,7 @@ run) that an on-call's clean rerun of every unfinished task publishes everything
 `Protocol` switches between what the code did before each fix and what it does
 now, so the model shows each hole on the old protocol and none on the shipped one.
 The labels of the actions that the code's `fault_point`s sit behind are the
-code's names (`FAULT_POINTS`), checked against `slicewise.faults.POINTS`.
+code's names (`POINT_AFTER`), checked against `slicewise.faults.POINTS`.
 
 Data: a copy is one Kafka record of a key (its position is the survivor order),
 dated, valid or not under each pipeline's rules; silver is the list of its
@@ -34,17 +34,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
-
-FAULT_POINTS = (
-    "plan.resolved",
-    "bronze.committed",
-    "silver.quarantined",
-    "silver.probed",
-    "silver.merged",
-    "gate.validated",
-    "publish.gold_written",
-    "announce.recorded",
-)
 
 
 @dataclass(frozen=True)
@@ -362,7 +351,7 @@ def ingest(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
 def gate_check(m: Model, w: World, p: str, s: str, version: int) -> tuple[bool, frozenset]:
     """The gate's facts on silver at `version`: the slice's recorded keys in its reach,
     each once, present, and no row breaking an expectation. Returns (passed, rows seen)."""
-    ids = [(k, d) for (sid, k, d) in get(m.ids_at(w), p) if sid == s]
+    ids = [(k, d) for (sid, k, d) in get(w.ids, p) if sid == s]
     keys = {k for k, _ in ids}
     reach = m.reach(w, p, s, keys, {d for _, d in ids})
     rows = frozenset(c for c in m.rows(w, p, version) if c.key in keys and c.date in reach)
@@ -370,9 +359,6 @@ def gate_check(m: Model, w: World, p: str, s: str, version: int) -> tuple[bool, 
     ok = len(stored) == len(set(stored)) and set(stored) == keys
     ok = ok and not any(m.bad(w, p, c) for c in rows)
     return ok, rows
-
-
-Model.ids_at = lambda self, w: w.ids  # the gate reads slice_ids as they are
 
 
 def gate(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:

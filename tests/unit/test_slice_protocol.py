@@ -15,7 +15,6 @@ import pytest
 from slice_protocol import (
     BEFORE,
     DESIGNED,
-    FAULT_POINTS,
     POINT_AFTER,
     SHIPPED,
     Copy,
@@ -151,4 +150,4 @@ def test_the_model_names_the_codes_fault_points() -> None:
         for f in code.rglob("*.py")
         for m in re.finditer(r'fault_point\("([a-z_.]+)", settings', f.read_text())
     }
-    assert set(FAULT_POINTS) == set(POINTS) == called == set(POINT_AFTER.values())
+    assert set(POINTS) == called == set(POINT_AFTER.values())
