@@ -27,6 +27,7 @@ and the pages' URLs) in the ledger.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import asdict, replace
 from datetime import datetime, timezone
 
@@ -34,6 +35,7 @@ import pandas as pd
 from pyspark.sql import SparkSession
 
 from slicewise.bronze import require_bronze_rows
+from slicewise.commits import commits_above, last_commit
 from slicewise.config import Settings
 from slicewise.data_docs import keep
 from slicewise.errors import OperationalError
@@ -134,20 +136,18 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
             f"slice {slice_id} has not been through silver; clear its `ingest` task (or run "
             f"`slicewise ingest --slice-id {slice_id}`) first. Nothing was published."
         )
-    counts, reports = _validate(spark, settings, slice_id)
+    version = validated_version(spark, settings, ledger, slice_id)
+    counts, reports = _validate(spark, settings, slice_id, version)
     success = all(r.success for r in reports)
     summary = "\n".join(r.summary() for r in reports)
     outcome = {
         "success": success,
+        "silver_version": version,
         "suite_version": SUITE_VERSION,
         "counts": asdict(counts),
         "summary": summary,
         "data_docs": [r.docs_url for r in reports],
     }
-    if success:
-        # Cleared first: cut off before the record, the slice is not published until
-        # its gate runs again, while other slices' publications may pass it (proved).
-        ledger.mark_verified(slice_id)
     ledger.record_step(slice_id, "gate", settled(ledger.step(slice_id, "gate"), outcome))
     fault_point("gate.validated", settings, slice_id)
     if not success:
@@ -160,6 +160,27 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
         )
     log.info("gate passed for %s: %s", slice_id, counts.describe())
     return outcome
+
+
+def validated_version(
+    spark: SparkSession, settings: Settings, ledger: Ledger, slice_id: str
+) -> int:
+    """The one version of silver the gate proves: its slice's last commit to it.
+
+    Publication may read a version V holding a slice's commits only if a passing gate
+    of that slice validated a version at or below V and at or above those commits
+    (`publish.proved_prefix`): then each of its rows in V was in what the gate saw. As
+    of its own last commit, the gate never makes a publication wait for a slice that
+    committed after it (the version the gate starts at would). A slice whose last
+    commit is older than VACUUM's reach (its files may be gone: a gate rerun days
+    later) or that has none above the last publication is validated as silver is now,
+    which is as sound; its publication may then wait for slices in flight."""
+    commits = commits_above(spark, settings.table("silver"), ledger.verified_floor())
+    last = last_commit(commits, slice_id)
+    readable = settings.pipeline.maintenance.vacuum_retain - settings.step_timeout
+    if last is None or time.time() - last.at > readable.total_seconds():
+        return commits[-1].version
+    return last.version
 
 
 def settled(previous: dict | None, outcome: dict) -> dict:
@@ -179,16 +200,21 @@ def settled(previous: dict | None, outcome: dict) -> dict:
         "recorded_at": datetime.now(timezone.utc).isoformat(),
         "counts": None if same else outcome["counts"],
     }
-    return {**previous, "rechecks": [*previous.get("rechecks", []), recheck]}
+    # The version proved is the newest run's: publication reads what this run saw.
+    return {
+        **previous,
+        "silver_version": outcome.get("silver_version"),
+        "rechecks": [*previous.get("rechecks", []), recheck],
+    }
 
 
 def _validate(
-    spark: SparkSession, settings: Settings, slice_id: str
+    spark: SparkSession, settings: Settings, slice_id: str, version: int
 ) -> tuple[SliceCounts, list[GateReport]]:
     pipeline = settings.pipeline
     schema = silver_schema(pipeline)
     row_suite = silver_slice_suite(pipeline)  # first: a bad declared expectation fails fast
-    reach, facts = slice_facts(spark, settings, slice_id)
+    reach, facts = slice_facts(spark, settings, slice_id, version)
     counts = counts_of(slice_id, facts)
     silver = read_table(spark, settings.table("silver"), schema)
     expected = {f.name for f in schema.fields}
@@ -210,7 +236,7 @@ def _validate(
     if pipeline.expectations or any(facts[f] for f in row_facts(pipeline)):
         key = list(pipeline.key_columns)
         ids = recorded_ids(spark, settings, slice_id).select(*key)
-        rows = silver_window(spark, settings, reach).join(ids, key, "left_semi")
+        rows = silver_window(spark, settings, reach, version).join(ids, key, "left_semi")
         reports.append(validate(rows, f"silver_slice_v{SUITE_VERSION}", row_suite, docs, slice_id))
     # Kept where every host reads them, before the verdict is recorded or raised.
     return counts, [replace(r, docs_url=keep(settings, r.site, r.docs_index)) for r in reports]

@@ -51,7 +51,7 @@ class SliceCounts:
 
 
 def slice_facts(
-    spark: SparkSession, settings: Settings, slice_id: str
+    spark: SparkSession, settings: Settings, slice_id: str, version: int | None = None
 ) -> tuple[Reach | None, dict[str, int]]:
     """Everything the gate proves about a slice: the reach of silver its MERGE
     looked at (`windows.Reach`: wherever a copy of its keys may be stored), the counts that must reconcile (bronze, quarantine, the slice's ids
@@ -61,7 +61,8 @@ def slice_facts(
 
     The slice's ids give its window and totals in one query; then the join and the
     two counts run side by side (three small jobs keep two cores busier than one
-    plan that runs them in turn)."""
+    plan that runs them in turn). Silver is read as of `version` when given (the gate
+    proves one version: `gate.run_gate`)."""
     key = list(settings.pipeline.key_columns)
     required = required_columns(settings.pipeline)
     ids = recorded_ids(spark, settings, slice_id)
@@ -76,7 +77,7 @@ def slice_facts(
     # them yields each silver row that carries one of them exactly once, plus one row
     # without `_stored` per key found nowhere: one join and one aggregation, where
     # grouping the whole window by key first cost a shuffle more.
-    stored = silver_window(spark, settings, reach).select(
+    stored = silver_window(spark, settings, reach, version).select(
         *key,
         F.lit(True).alias("_stored"),
         (F.col("slice_id") == slice_id).alias("_owned"),

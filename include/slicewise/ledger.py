@@ -322,27 +322,22 @@ class Ledger:
         self.store.create(f"epochs/{epoch:06d}.json", _dump(payload))
         return self._read(f"epochs/{epoch:06d}.json")
 
-    # -- slices merged into silver whose gate has not passed -------------------
-    def mark_unverified(self, slice_id: str, info: dict[str, Any]) -> None:
-        """Written before a slice's MERGE can commit: silver may hold rows no gate has
-        proved. Publication never passes over a marked slice (write-audit-publish)."""
-        payload = {"marked_at": datetime.now(timezone.utc).isoformat(), **info}
-        self.store.replace(f"unverified/{slice_id}.json", _dump(payload))
+    # -- the newest version of silver a publication read ------------------------
+    def verified_floor(self) -> int:
+        """A version of silver some publication read (0: none yet): every version at or
+        below it was proved, so publication walks silver's commits only above it. A
+        ledger from before the floor starts from the newest publications' versions."""
+        found = self._read("verified.json")
+        if found is not None:
+            return int(found["silver_version"])
+        published = [self.step(sl.slice_id, "publish") for sl in self.latest_slices(PAGE)]
+        return max((int(p["silver_version"]) for p in published if p), default=0)
 
-    def mark_verified(self, slice_id: str) -> None:
-        self.store.delete(f"unverified/{slice_id}.json")
-
-    def unverified(self) -> dict[str, dict[str, Any]]:
-        """Slices merged but not (yet) proved, with their marks: those in flight and those
-        whose gate failed; one listing of a folder that holds only them."""
-        found = {}
-        for key in self.store.keys("unverified"):
-            if key.endswith(".json") and (mark := self._read(key)) is not None:
-                found[key.rsplit("/", 1)[1].removesuffix(".json")] = mark
-        return found
-
-    def is_unverified(self, slice_id: str) -> bool:
-        return self.store.read(f"unverified/{slice_id}.json") is not None
+    def raise_verified_floor(self, version: int) -> None:
+        """Publications racing may write an older floor last: it is still one that was
+        proved, and the next walk is only longer."""
+        if version > self.verified_floor():
+            self.store.replace("verified.json", _dump({"silver_version": version}))
 
     # -- partitions an open transaction holds back ---------------------------
     def holds(self) -> dict[int, Hold]:

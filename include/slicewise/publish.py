@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import date
 
 from pyspark.sql import SparkSession
 
 from slicewise.acknowledge import acknowledge
+from slicewise.commits import Commits, commits_above, last_commit
 from slicewise.config import Settings
 from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
@@ -46,7 +48,7 @@ class Publication:
 def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publication:
     ledger = Ledger.of(settings)
     gate = ledger.step(slice_id, "gate")
-    if not gate or not gate.get("success") or ledger.is_unverified(slice_id):
+    if not gate or not gate.get("success"):
         raise GateNotPassed(
             f"slice {slice_id}: the gate has not passed since its last MERGE (ledger: {gate}); "
             "run the gate first, nothing was published."
@@ -98,6 +100,8 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
         far_dates=[] if reach is None or not hours else [d.isoformat() for d in reach.far],
     )
     ledger.record_step(slice_id, "publish", asdict(publication))
+    if version is not None:
+        ledger.raise_verified_floor(version)
     log.info("published %s: gold hours %s", slice_id, hours or "none")
     acknowledge(settings, ledger, ledger.load_slice(slice_id))
     return publication
@@ -116,37 +120,73 @@ def widened(reach: Reach | None, replay: dict | None) -> Reach | None:
 def verified_version(
     spark: SparkSession, settings: Settings, ledger: Ledger, slice_id: str
 ) -> int | None:
-    """A version of silver that holds the slice's MERGE and no MERGE a gate has not
-    proved (None: no silver yet): what gold is rebuilt from and the Asset event names.
+    """The version of silver publication reads for the slice (None: no silver yet): what
+    gold is rebuilt from and the Asset event names. It holds the slice's own commits,
+    and every commit to silver at or below it was seen by a passing gate of the slices
+    it wrote for, run at or below it (`proved_prefix`): silver's own tagged history
+    (`commits`) against the gates' records, nothing that a retry, a replay or a second
+    pipeline could move.
 
-    A slice marks itself unverified, with silver's version then, before its MERGE can
-    commit above that version (`silver.write_slice`). So once silver's version is read,
-    the marks listed cover every unproved MERGE in it, and the version below every
-    mark holds none. Slices marked before this slice's MERGE committed may hold rows in
-    any version that holds it: publication waits for their gates, up to
-    `publish_wait_seconds` (a slice in flight passes in seconds); slices marked later
-    cannot delay it. A failed gate anywhere stops publication at once, naming the
-    slice: what a gate rejected never reaches gold, the Asset or the consumer group,
-    not even through another slice's publication, until it is repaired and passes."""
+    A slice that committed earlier and whose gate has not run yet holds publication:
+    it waits for that gate, up to `publish_wait_seconds` (a slice in flight passes in
+    seconds); slices that commit later cannot delay it. A failed gate below stops it at
+    once, naming the slice: what a gate rejected never reaches gold, the Asset or the
+    consumer group, not even through another slice's publication, until it is repaired
+    and passes."""
     path = settings.table("silver")
-    # At or above the slice's last write to silver (its MERGE, or a replay's).
-    written = [(ledger.step(slice_id, s) or {}).get("silver_version") for s in ("silver", "replay")]
-    merged = max((v for v in written if v is not None), default=None)
+    if not table_exists(spark, path):
+        return None
     deadline = time.monotonic() + settings.publish_wait_seconds
     while True:
-        version = table_version(spark, path) if table_exists(spark, path) else None
-        marks = ledger.unverified()
-        failed = sorted(s for s in marks if (ledger.step(s, "gate") or {}).get("success") is False)
-        below = {s: int(m.get("silver_version", -1)) for s, m in marks.items()}
-        holding = sorted(
-            s for s, v in below.items() if merged is None or version is None or v < merged
-        )
-        if not failed and not holding:
-            return min([version, *below.values()]) if version is not None else None
-        if failed or time.monotonic() > deadline:
-            raise PublicationBlocked(slice_id, failed, holding)
-        log.info("publish of %s waits for the gate of %s", slice_id, ", ".join(holding))
+        floor = ledger.verified_floor()
+        commits = commits_above(spark, path, floor)
+        proved = proved_prefix(floor, commits, lambda s: ledger.step(s, "gate"))
+        last = last_commit(commits, slice_id)
+        mine = None if last is None else last.version
+        if mine is None or proved.version >= mine:
+            return proved.version
+        if slice_id in proved.pending:
+            raise GateNotPassed(
+                f"slice {slice_id}: silver holds a commit of it (version {mine}) that its "
+                "gate has not seen (a retried ingest or a replay since); run its gate again, "
+                "nothing was published."
+            )
+        if proved.failed or time.monotonic() > deadline:
+            raise PublicationBlocked(slice_id, proved.failed, proved.pending)
+        log.info("publish of %s waits for the gate of %s", slice_id, ", ".join(proved.pending))
         time.sleep(2)
+
+
+@dataclass(frozen=True)
+class Proved:
+    version: int  # the newest version publication may read
+    failed: list[str]  # the slices whose failed gate stops it above
+    pending: list[str]  # the slices whose gate has not seen their commit above it
+
+
+def proved_prefix(floor: int, commits: Commits, gate_of: Callable[[str], dict | None]) -> Proved:
+    """The newest version V at or above `floor` (a version already published, so proved)
+    such that each commit above `floor` up to V was seen by a passing gate of every
+    slice it wrote for, that gate run at a version at or below V: each row V holds was
+    then in the version some passing gate validated. Walks `commits` oldest first and
+    stops at the first commit no such gate saw."""
+    need = best = floor
+    for version, slices, _ in commits:
+        failed, pending = [], []
+        for s in slices:
+            gate = gate_of(s) or {}
+            seen = gate.get("silver_version")
+            if gate.get("success") and seen is not None and seen >= version:
+                need = max(need, int(seen))
+            elif gate.get("success") is False:
+                failed.append(s)
+            else:
+                pending.append(s)
+        if failed or pending:
+            return Proved(best, sorted(failed), sorted(pending))
+        if version >= need:
+            best = version
+    return Proved(best, [], [])
 
 
 class PublicationBlocked(OperationalError):

@@ -30,7 +30,6 @@ from slicewise.gate_facts import SliceCounts, slice_counts
 from slicewise.ledger import BRONZE_DROPPED, Ledger
 from slicewise.schemas import BRONZE, slice_ids_schema
 from slicewise.silver import (
-    mark_unverified,
     merge_survivors,
     parse,
     parsed_slice,
@@ -49,55 +48,67 @@ def run_replay(spark: SparkSession, settings: Settings, slice_id: str) -> SliceC
     ledger = Ledger.of(settings)
     sl = ledger.load_slice(slice_id)  # fails clearly if the slice is unknown
     require_bronze_rows(ledger, slice_id)
-    mark_unverified(spark, settings, ledger, slice_id, "replay")
 
     def replace(rows: DataFrame, table: str) -> None:
         replace_slice(rows, settings.table(table), slice_id)
 
     parsed = parsed_slice(spark, settings, slice_id)
-    changed = withdraw_stricter(spark, settings, ledger, sl, parsed)
+    changed, regate = withdraw_stricter(spark, settings, ledger, sl, parsed)
     # No idempotent-write id for the MERGE: the slice's id was spent by its first
     # MERGE, and this one is idempotent by content (the survivor rule).
     write_slice(spark, settings, slice_id, parsed, replace, merge_id=None, quarantine_last=True)
     counts = slice_counts(spark, settings, slice_id)
     changes = {
         "changed": None if changed is None else [d.isoformat() for d in changed],
+        # Slices whose copies took withdrawn rows' places: their gate must see them.
+        "regate": regate,
         # At or above its writes' versions: what its publication must hold (`publish`).
         "silver_version": table_version(spark, settings.table("silver")),
     }
     ledger.record_step(slice_id, "replay", {**asdict(counts), **changes})
     log.info("replayed quarantine of %s: %s", slice_id, counts.describe())
+    if regate:
+        log.warning(
+            "replay of %s brought in copies of slice(s) %s: run their gate too (`slicewise gate "
+            "--slice-id ...`) before publishing (docs/RUNBOOK.md#publication-blocked)",
+            slice_id,
+            ", ".join(regate),
+        )
     return counts
 
 
 def withdraw_stricter(
     spark: SparkSession, settings: Settings, ledger: Ledger, sl: Slice, parsed: DataFrame
-) -> Window | None:
+) -> tuple[Window | None, list[str]]:
     """Withdraw the keys the slice held valid and today's rules quarantine; bring in the
-    other slices' copies of them. The event dates changed (None: nothing withdrawn)."""
+    other slices' copies of them. The event dates changed (None: nothing withdrawn),
+    and the slices whose copies were brought in."""
     key = list(settings.pipeline.key_columns)
     valid = valid_events(parsed, settings.pipeline).select(*key)
     withdrawn = recorded_ids(spark, settings, sl.slice_id).join(valid, key, "left_anti").cache()
     try:
         span = event_date_span(withdrawn).first()
         if span["first"] is None:
-            return None
+            return None, []
         stored = (span["first"], span["last"])
         withdraw(spark, settings, sl, withdrawn.select(*key), Reach(stored))
         log.warning("replay of %s withdrew keys its rules now quarantine", sl.slice_id)
-        others = other_copies(spark, settings, ledger, sl.slice_id, withdrawn.select(*key))
-        return stored if others is None else (min(stored[0], others[0]), max(stored[1], others[1]))
+        others, merged = other_copies(spark, settings, ledger, sl.slice_id, withdrawn.select(*key))
+        if others is None:
+            return stored, merged
+        return (min(stored[0], others[0]), max(stored[1], others[1])), merged
     finally:
         withdrawn.unpersist()
 
 
 def other_copies(
     spark: SparkSession, settings: Settings, ledger: Ledger, slice_id: str, keys: DataFrame
-) -> Window | None:
+) -> tuple[Window | None, list[str]]:
     """MERGE the copies of `keys` that other slices hold (parsed from their bronze rows by
     today's rules); the span of the event dates their MERGEs looked at (far dates
-    included). Reads all of `slice_ids` to find the slices: a replay is rare and run by
-    hand."""
+    included), and those slices. Each MERGE is tagged with the slice whose copies it
+    writes, so its gate must see them before a publication reads them. Reads all of
+    `slice_ids` to find the slices: a replay is rare and run by hand."""
     key = list(settings.pipeline.key_columns)
     ids = read_table(spark, settings.table("slice_ids"), slice_ids_schema(settings.pipeline))
     holders = [
@@ -108,7 +119,7 @@ def other_copies(
         .distinct()
         .collect()
     ]
-    spans = []
+    spans, merged = [], []
     for other in sorted(holders):
         if ledger.step(other, BRONZE_DROPPED) is not None:
             log.warning("slice %s's bronze rows are gone: its copies stay out", other)
@@ -117,9 +128,11 @@ def other_copies(
         copies = valid_events(parse(bronze, settings), settings.pipeline).join(
             keys, key, "left_semi"
         )
-        reach = merge_survivors(spark, settings, dedup_within(copies, settings.pipeline), None)
+        kept = dedup_within(copies, settings.pipeline)
+        reach = merge_survivors(spark, settings, kept, None, other)
         if reach is not None:
             spans.extend(reach.ranges())
+            merged.append(other)
     if not spans:
-        return None
-    return min(w[0] for w in spans), max(w[1] for w in spans)
+        return None, merged
+    return (min(w[0] for w in spans), max(w[1] for w in spans)), merged

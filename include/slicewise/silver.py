@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
 from slicewise.avro import AvroSchemas, unreadable
+from slicewise.commits import slice_tag
 from slicewise.config import Settings
 from slicewise.contract import beats_sql, key_match_sql, parse_events
 from slicewise.errors import OperationalError
@@ -45,7 +46,6 @@ from slicewise.tables import (
     read_version,
     retry_on_conflict,
     side_by_side,
-    table_exists,
     table_properties,
     table_version,
 )
@@ -202,6 +202,7 @@ def merge_into_silver(
     events: DataFrame,
     reach: Reach,
     app_id: str | None,
+    writer: str,
     probed: Callable[[], None] = lambda: None,
 ) -> None:
     """Insert new keys; replace a stored copy only by one the survivor rule prefers.
@@ -219,6 +220,8 @@ def merge_into_silver(
 
     With an `app_id` the first MERGE commits at most once for it (and fences racers);
     without, it is still idempotent by content, which quarantine replay relies on.
+    Each commit is tagged with `writer`, the slice whose gate must see its rows
+    (`commits.slice_tag`).
     """
     ensure_silver(spark, path, pipeline)
     # SQL rather than DeltaTable.merge: the same statement runs in-process and over
@@ -239,7 +242,7 @@ def merge_into_silver(
         )
         return int(spark.sql(probe).first()[0])
 
-    def merge(clauses: str, app_id: str | None, attempt: str = "") -> None:
+    def merge(clauses: str, app_id: str | None, attempt: str) -> None:
         statement = f"MERGE INTO {delta_ref(path)} AS t USING {source} AS s ON {on} {clauses}"
         with idempotent_dml(spark, app_id), commit_tag(spark, attempt):
             spark.sql(statement).collect()
@@ -251,11 +254,11 @@ def merge_into_silver(
         clauses = replace if replaced else insert
         if clauses == insert:
             probed()
-        attempt = f"slicewise-merge-{uuid.uuid4().hex}"
+        attempt = slice_tag([writer])
         merge(clauses, app_id, attempt)
         if read_version(spark, path, attempt) != version and beaten(None):
             log.info("silver at %s: a copy stored since the probe is beaten; replacing it", path)
-            merge(replace, None)
+            merge(replace, None, slice_tag([writer]))
     finally:
         spark.catalog.dropTempView(source)
 
@@ -265,11 +268,13 @@ def merge_survivors(
     settings: Settings,
     kept: DataFrame,
     app_id: str | None,
+    writer: str,
     probed: Callable[[], None] = lambda: None,
 ) -> Reach | None:
     """MERGE a slice's survivors into silver within their reach (the horizon window of
     their event dates and the far dates of their keys); return that reach (None, and no
-    MERGE, when the slice has no valid event)."""
+    MERGE, when the slice has no valid event). `writer`: the slice whose gate must see
+    the rows (the survivors' own)."""
     pipeline = settings.pipeline
     span = event_date_span(kept).first()
     if span["first"] is None:
@@ -291,6 +296,7 @@ def merge_survivors(
         conform(kept, silver_schema(pipeline)),
         reach,
         app_id,
+        writer,
         probed,
     )
     return reach
@@ -313,23 +319,14 @@ def withdraw(
     source = f"withdrawn_{uuid.uuid4().hex}"
     keys.createOrReplaceTempView(source)
     try:
-        spark.sql(
-            f"MERGE INTO {delta_ref(path)} AS t USING {source} AS s "
-            f"ON {dates.sql('t.event_date')} AND {key_match_sql(pipeline)} AND ({mine}) "
-            "WHEN MATCHED THEN DELETE"
-        ).collect()
+        with commit_tag(spark, slice_tag([sl.slice_id])):
+            spark.sql(
+                f"MERGE INTO {delta_ref(path)} AS t USING {source} AS s "
+                f"ON {dates.sql('t.event_date')} AND {key_match_sql(pipeline)} AND ({mine}) "
+                "WHEN MATCHED THEN DELETE"
+            ).collect()
     finally:
         spark.catalog.dropTempView(source)
-
-
-def mark_unverified(
-    spark: SparkSession, settings: Settings, ledger: Ledger, slice_id: str, by: str
-) -> None:
-    """Mark the slice unverified before a write to silver can commit; the mark carries
-    silver's version then, since the write commits above it (`publish`)."""
-    path = settings.table("silver")
-    before = table_version(spark, path) if table_exists(spark, path) else -1
-    ledger.mark_unverified(slice_id, {"by": by, "silver_version": before})
 
 
 # Writes a slice's rows of a table it owns by slice (quarantine, slice_ids): (rows, table).
@@ -358,13 +355,9 @@ def write_slice(
     now-valid records. Cut off before that, they are still in quarantine (the counts
     do not reconcile until the rerun), never in neither."""
     pipeline = settings.pipeline
-    ledger = Ledger.of(settings)
-    # Write-audit-publish: silver may hold the slice's rows before its gate proves them,
-    # so the ledger marks the slice unverified before the MERGE can commit, and no
-    # publication passes over it until its gate passes (`publish`). A MERGE under an
-    # id that already committed (silver recorded) changes nothing and needs no mark.
-    if merge_id is None or ledger.step(slice_id, "silver") is None:
-        mark_unverified(spark, settings, ledger, slice_id, "silver" if merge_id else "replay")
+    # Write-audit-publish: silver may hold the slice's rows before its gate proves them.
+    # Each of its commits names the slice (`commits.slice_tag`), and no publication reads
+    # a version holding a commit its slice's gate has not seen (`publish`).
     # Cached: the ids, the span and the MERGE all read the survivors.
     kept = survivors(valid_events(parsed, pipeline), pipeline).cache()
 
@@ -379,6 +372,7 @@ def write_slice(
             settings,
             kept,
             merge_id,
+            slice_id,
             lambda: fault_point("silver.probed", settings, slice_id),
         )
 

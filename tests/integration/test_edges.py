@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from pyspark.sql import functions as F
 
 from slicewise.config import load_settings
+from slicewise.faults import InjectedFault
 from slicewise.gate import GateFailed, run_gate
 from slicewise.ingest import run_ingest
 from slicewise.kafka.consumer_group import ConsumerGroup
@@ -170,6 +171,40 @@ def test_two_pipelines_on_one_topic_under_one_ledger_dir_keep_their_own_verdicts
     run_publish(spark, loose, slices["loose"])
     assert gold_events(spark, loose) == 25
     assert loose.ledger_dir != strict.ledger_dir
+
+
+def test_a_retried_ingest_never_lets_another_slice_publish_rows_no_gate_saw(
+    spark, pipeline_factory, new_topic, tmp_path, monkeypatch
+):
+    """X (5 of its events break a declared expectation) MERGEs and dies before recording
+    silver; Y, an hour later, merges and passes; X's retry runs. Y's publication must not
+    carry X's rows: it waits for X's gate, and once that fails, is refused naming X."""
+    topic = new_topic(3)
+    strict = tmp_path / "strict.yaml"
+    strict.write_text(definition(topic, expected="[click, view]"))
+    settings, producer = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(strict))
+    settings = replace(settings, publish_wait_seconds=3)
+    producer.send([ev(f"x-{i}", 0.1 + i / 200, i % 3) for i in range(95)])
+    producer.send([ev(f"r-{i}", 0.5, i % 3, event_type="refund") for i in range(5)])
+    producer.send([ev(f"y-{i}", 1.1 + i / 100, i % 3) for i in range(30)])
+    x = plan_slice(settings, at(0), at(1), now=LATER)
+    y = plan_slice(settings, at(1), at(2), now=LATER)
+    monkeypatch.setenv("SLICEWISE_FAULTS", "silver.merged")
+    with pytest.raises(InjectedFault):
+        run_ingest(spark, settings, x.slice_id)
+    monkeypatch.delenv("SLICEWISE_FAULTS")
+    run_ingest(spark, settings, y.slice_id)
+    assert run_gate(spark, settings, y.slice_id)["success"]
+    run_ingest(spark, settings, x.slice_id)  # the retry: its MERGE already committed
+    with pytest.raises(PublicationBlocked, match=f"{x.slice_id} merged into silver but"):
+        run_publish(spark, settings, y.slice_id)
+    with pytest.raises(GateFailed):
+        run_gate(spark, settings, x.slice_id)
+    with pytest.raises(PublicationBlocked, match=f"{x.slice_id} failed the gate"):
+        run_publish(spark, settings, y.slice_id)
+    assert not table_exists(spark, settings.table("gold_events_per_hour"))
+    with ConsumerGroup(client_conf(settings), "slicewise.events", topic) as group:
+        assert group.committed(range(3)) == {}
 
 
 def test_a_publication_waits_for_a_slice_merged_before_it(spark, pipeline):

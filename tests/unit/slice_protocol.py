@@ -17,6 +17,8 @@ run) that an on-call's clean rerun of every unfinished task publishes everything
 * `not_oracle`: once quiet, silver holds for each key the copy the survivor rule
   picks among the valid copies of the slices processed, whatever the order;
 * `quarantined_and_stored`: once quiet, no copy is in quarantine and in silver;
+* `waits_for_later`: a publication waits for the gate of a slice that committed after
+  its own last commit;
 * `wedged`: a quiet state from which the on-call's rerun does not publish every
   slice.
 
@@ -43,6 +45,9 @@ class Protocol:
     # Publication reads a version every slice commit below which a passing gate saw,
     # from silver's own tagged commits and the gates' pinned versions (no marks).
     verified_from_commits: bool = False
+    # ... with each gate validating silver as of its own slice's last commit (False: as
+    # of the version at its start, so a slice committed in between delayed publication).
+    gate_at_last_commit: bool = False
     ledger_per_pipeline: bool = False
     replay_by_position: bool = False  # a copy the new rules quarantine leaves silver
     replay_refuses_dropped: bool = False  # a replay needing a dropped slice's copies refuses
@@ -55,6 +60,7 @@ BEFORE = Protocol()
 # The protocol the model proves (every fix); the code ships `SHIPPED` until each lands.
 DESIGNED = Protocol(
     verified_from_commits=True,
+    gate_at_last_commit=True,
     ledger_per_pipeline=True,
     replay_by_position=True,
     replay_refuses_dropped=True,
@@ -62,7 +68,9 @@ DESIGNED = Protocol(
     far_recheck=True,
     ack_below_unpublished=True,
 )
-SHIPPED = replace(BEFORE, ledger_per_pipeline=True)
+SHIPPED = replace(
+    BEFORE, ledger_per_pipeline=True, verified_from_commits=True, gate_at_last_commit=True
+)
 
 
 class Copy(NamedTuple):
@@ -366,8 +374,10 @@ def gate(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
         if m.rec(w, p, "silver", s) is None:
             return w, (), "failed"
         return w, (), 1
-    if pc == 1:  # validate silver (as it is; shipped: pinned at the version read)
+    if pc == 1:  # validate silver (as it is; from commits: as of the slice's last commit)
         version = len(m.versions(w, p)) - 1
+        if m.proto.verified_from_commits and m.proto.gate_at_last_commit:
+            version = last_commit(m, w, p, s, version) or version
         ok, rows = gate_check(m, w, p, s, version)
         if ok:
             w = w._replace(proved=w.proved | {(p, c) for c in rows})
@@ -384,9 +394,20 @@ def gate(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
     raise AssertionError(pc)
 
 
+def gated(by: tuple | None) -> tuple[str, ...]:
+    """The slices whose gate must see a commit's rows (its tag)."""
+    return () if by is None else (by[0], *(by[2] if len(by) > 2 else ()))
+
+
+def floor(m: Model, w: World, p: str) -> int:
+    """The newest version a publication read: proved, so walks start above it."""
+    return max([v for v in m.recs(w, p, "publish").values()], default=0)
+
+
 def last_commit(m: Model, w: World, p: str, s: str, upto: int) -> int | None:
+    """The newest commit above the floor, at or below `upto`, tagged with `s`."""
     vs = m.versions(w, p)
-    found = [v for v in range(1, upto + 1) if vs[v][1] is not None and vs[v][1][0] == s]
+    found = [v for v in range(floor(m, w, p) + 1, upto + 1) if s in gated(vs[v][1])]
     return found[-1] if found else None
 
 
@@ -397,12 +418,10 @@ def verified_from_commits(m: Model, w: World, p: str, s: str) -> tuple[str, Any]
     ("failed", slices)."""
     vs = m.versions(w, p)
     current = len(vs) - 1
-    floor = max([v for v in m.recs(w, p, "publish").values()], default=0)
-    need, best, pending, failed = floor, floor, [], []
-    for v in range(floor + 1, current + 1):
-        by = vs[v][1]
-        gated = () if by is None else (by[0], *(by[2] if len(by) > 2 else ()))
-        for t in gated:
+    need = best = floor(m, w, p)
+    pending, failed = [], []
+    for v in range(best + 1, current + 1):
+        for t in gated(vs[v][1]):
             outcome = m.rec(w, p, "gate", t)
             if outcome is None or not outcome[0] or outcome[1] < v:
                 (failed if outcome is not None and not outcome[0] else pending).append(t)
@@ -415,7 +434,14 @@ def verified_from_commits(m: Model, w: World, p: str, s: str) -> tuple[str, Any]
     mine = last_commit(m, w, p, s, current)
     if mine is None or best >= mine:
         return "ok", best
-    return ("failed", failed) if failed else ("wait", pending)
+    if failed:
+        return "failed", failed
+    # Liveness: a publication waits only for gates of slices that committed before its
+    # own last commit. Waiting on a later one, it could wait for ever behind a pipeline
+    # that keeps committing (the rule pinned at the gate's start did: issue 66).
+    if v > mine:
+        raise Violation("waits_for_later", f"{p} publish of {s} (v{mine}) waits for v{v}")
+    return "wait", pending
 
 
 def publish(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:

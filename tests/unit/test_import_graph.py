@@ -21,6 +21,7 @@ DEV_STACK = INCLUDE / "slicewise_dev"
 LAYERS: list[set[str]] = [
     {"slicewise", "errors", "home"},  # the bases: the errors a person acts on, where files live
     {"slices", "holds", "tables", "gx_adapter", "kafka", "connect_auth", "avro", "class_archive"},
+    {"commits"},  # which slices a commit to silver wrote for
     {"schema_registry"},
     {"freshness"},
     {"kafka.security", "pipelines"},

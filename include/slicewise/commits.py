@@ -1,0 +1,65 @@
+"""Which slices a commit to silver wrote for: the tag each slice step's commit carries.
+
+Every write a slice step makes to silver (its MERGE, a replay's withdrawal and the
+copies a replay brings in from other slices) carries, in its commit's userMetadata,
+the slices whose gate must see its rows: `slicewise slices=<id>[,<id>] attempt=<hex>`.
+The tag is in the same atomic commit as the rows, so silver's own history says which
+versions hold rows of which slices, and cannot disagree with the table (`publish`
+reads it against the gates' records). A commit without one (silver's creation, a new
+column, maintenance's compaction and purge) changes no row.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from slicewise.tables import history
+
+PREFIX = "slicewise slices="
+
+
+def slice_tag(slices: Iterable[str], attempt: str | None = None) -> str:
+    """The userMetadata of a commit of `slices`' rows; `attempt` finds it again."""
+    return f"{PREFIX}{','.join(sorted(set(slices)))} attempt={attempt or uuid.uuid4().hex}"
+
+
+def tagged_slices(user_metadata: str | None) -> tuple[str, ...]:
+    """The slices a commit's userMetadata names (none: the commit changed no row)."""
+    if not user_metadata or not user_metadata.startswith(PREFIX):
+        return ()
+    named = user_metadata[len(PREFIX) :].split(" ", 1)[0]
+    return tuple(s for s in named.split(",") if s)
+
+
+class Commit(NamedTuple):
+    version: int
+    slices: tuple[str, ...]  # the slices it wrote for (`tagged_slices`)
+    at: int  # its timestamp, seconds since the epoch
+
+
+Commits = list[Commit]
+
+
+def commits_above(spark: SparkSession, path: str, floor: int) -> Commits:
+    """The table's commits above version `floor`, oldest first; its latest version always
+    among them. One `DESCRIBE HISTORY` of those commits only: `floor` is a version already
+    proved (`Ledger.verified_floor`)."""
+    # The instant as epoch seconds: a timestamp would arrive in the session's zone.
+    columns = ("version", "userMetadata", F.unix_timestamp("timestamp").alias("at"))
+    latest = history(spark, path, 1).select(*columns).first()
+    if latest.version <= floor:  # nothing above it: the latest version, already proved
+        return [Commit(int(latest.version), (), latest.at)]
+    rows = [latest]
+    if latest.version - floor > 1:
+        rows = history(spark, path, latest.version - floor).select(*columns).collect()
+    return sorted(Commit(int(r.version), tagged_slices(r.userMetadata), r.at) for r in rows)
+
+
+def last_commit(commits: Commits, slice_id: str) -> Commit | None:
+    """The newest of `commits` that wrote for the slice (None: none of them did)."""
+    return max((c for c in commits if slice_id in c.slices), default=None)
