@@ -3,7 +3,10 @@ offsets of the pipeline's Kafka consumer group, so the lag tools users already r
 the pipeline: processing is complete once the gate proved the slice and publish ran.
 
 The ledger stays the source of truth; nothing reads the group to plan. The group only
-moves forward: a backfill, or a rerun of an older slice, leaves it where it is. Kafka
+moves forward, and never past a slice not yet published: from the slice it holds (its
+commits' metadata) to the end of the run of published slices that follows, so a later
+hour published before an earlier one leaves it below the earlier one. A backfill of an
+older hour, or a rerun of an older slice, leaves it where it is. Kafka
 has no compare-and-set for a group's offsets, so two publications at once could both
 find the group behind them and the older one commit last. Each publication is recorded
 in the ledger before its commit, and after committing each looks for a newer published
@@ -25,11 +28,12 @@ from confluent_kafka import KafkaError, KafkaException
 from slicewise.config import Settings
 from slicewise.kafka.consumer_group import ConsumerGroup
 from slicewise.kafka.offsets import client_conf
-from slicewise.ledger import PAGE, Ledger
+from slicewise.ledger import PAGE, Ledger, SliceNotPlanned
 from slicewise.slices import Slice
 
 log = logging.getLogger(__name__)
 RUNBOOK = "docs/RUNBOOK.md#the-consumer-group-was-not-moved"
+FOLLOWING = 100_000  # slices read after the group's: as many as were planned since it
 
 
 def acknowledge(settings: Settings, ledger: Ledger, published: Slice) -> dict[str, Any] | None:
@@ -65,14 +69,16 @@ def _move_forward(group: ConsumerGroup, ledger: Ledger, published: Slice) -> dic
             "another group id, or set consumer_group in the pipeline's definition "
             f"({RUNBOOK})",
         }
-    target = published
-    while True:
+    held = group.committed(published.ranges)
+    base = _held_slice(ledger, held)
+    target, unpublished = _published_run(ledger, base, published)
+    committed = None
+    while target is not None and target != base:
         upper = {p: hi for p, (_, hi) in target.ranges.items()}
         held = group.committed(upper)
         at = {p: held[p][0] if p in held else -1 for p in upper}
         if at == upper or any(at[p] > o for p, o in upper.items()):
-            # At this boundary or past it: a backfill, a rerun, or a newer slice's commit.
-            return {"group": group.name, "held": sorted({m or "?" for _, m in held.values()})}
+            break  # at this boundary or past it: a newer slice's publication moved it
         gone = sorted(set(upper) - group.partitions())
         if gone:
             return {
@@ -81,19 +87,50 @@ def _move_forward(group: ConsumerGroup, ledger: Ledger, published: Slice) -> dic
                 f"{target.slice_id}; the group stays where it was",
             }
         group.commit(upper, metadata=target.slice_id)
-        newer = _newest_published(ledger, after=target)
-        if newer is None:
-            return {"group": group.name, "committed": target.slice_id}
-        target = newer
+        # Publications racing: each looks again after its commit, so the last to land
+        # carries the newest run recorded before it.
+        committed = base = target
+        target, unpublished = _published_run(ledger, target, published)
+    outcome: dict[str, Any] = {"group": group.name}
+    if committed is not None:
+        outcome["committed"] = committed.slice_id
+    else:  # a backfill, a rerun, or a newer slice's commit already past it
+        outcome["held"] = sorted({m or "?" for _, m in held.values()})
+    if unpublished is not None:
+        outcome["waits_for"] = unpublished.slice_id
+    return outcome
 
 
-def _newest_published(ledger: Ledger, after: Slice) -> Slice | None:
-    """The newest published slice that starts at or after `after` ends (bounded reads:
-    only slices planned since, most often none)."""
-    for sl in reversed(ledger.latest_slices(PAGE, since=after.end)):
-        if ledger.step(sl.slice_id, "publish") is not None:
-            return sl
-    return None
+def _held_slice(ledger: Ledger, held: dict[int, tuple[int, str | None]]) -> Slice | None:
+    """The slice whose boundary the group holds (its commits' metadata), if one of ours."""
+    named = {m for _, m in held.values()}
+    if len(named) != 1 or None in named:
+        return None
+    try:
+        return ledger.load_slice(named.pop())
+    except SliceNotPlanned:
+        return None
+
+
+def _published_run(
+    ledger: Ledger, after: Slice | None, published: Slice
+) -> tuple[Slice | None, Slice | None]:
+    """The newest slice of the run of published slices that follows `after` (the slice
+    whose boundary the group holds; None: no run), and the first slice after the run not
+    yet published (None: none): the group never passes a slice whose records gold does
+    not hold. Reads the slices planned since `after` ends, most often one or two; with
+    no `after` (a group new to the pipeline), the latest page of slices up to
+    `published`."""
+    if after is None:
+        following = [sl for sl in ledger.latest_slices(PAGE) if sl.start <= published.start]
+    else:
+        following = ledger.latest_slices(FOLLOWING, since=after.end)
+    end = after
+    for sl in following:
+        if ledger.step(sl.slice_id, "publish") is None:
+            return end, sl
+        end = sl
+    return end, None
 
 
 def _refusal(name: str, exc: KafkaException) -> str:

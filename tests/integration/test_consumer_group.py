@@ -115,6 +115,34 @@ def test_the_group_follows_publication_forward_and_lag_tools_see_it(
     assert ledger.step(newest.slice_id, "acknowledge")["held"] == [newest.slice_id]
 
 
+def test_the_group_never_passes_a_slice_not_yet_published(spark, pipeline, kafka_bootstrap):
+    """Two runs at once: the later hour publishes first. Lag tools must not see the
+    earlier hour's records as processed before gold holds them (issue 66, finding 7)."""
+    settings, producer = pipeline
+    group = settings.pipeline.consumer_group_name
+    producer.send(
+        [
+            Record(event_value(f"e{h}-{i}", T0 + h * HOUR), i % 3, T0 + h * HOUR)
+            for h in range(2)
+            for i in range(6)
+        ]
+    )
+    first = plan_slice(settings, T0, T0 + HOUR, now=LATER)
+    second = publish_hour(spark, settings, 1)
+    assert describe(kafka_bootstrap, group, settings.topic) == {}
+    ledger = Ledger.of(settings)
+    assert ledger.step(second.slice_id, "acknowledge")["waits_for"] == first.slice_id
+
+    run_ingest(spark, settings, first.slice_id)
+    run_gate(spark, settings, first.slice_id)
+    run_publish(spark, settings, first.slice_id)
+    ends = {p: second.ranges[p][1] for p in range(3)}
+    assert {
+        p: row[0] for p, row in describe(kafka_bootstrap, group, settings.topic).items()
+    } == ends
+    assert ledger.step(first.slice_id, "acknowledge")["committed"] == second.slice_id
+
+
 def test_a_definition_can_turn_the_group_off(spark, pipeline_factory, kafka_bootstrap, tmp_path):
     definitions = tmp_path / "pipelines.yaml"
     source = (REPO_ROOT / "pipelines.yaml").read_text()

@@ -27,7 +27,7 @@ from slicewise.planner import CompactedTopic, plan_slice
 from slicewise.publish import GateNotPassed, PublicationBlocked, run_publish
 from slicewise.slices import TopicReset
 from slicewise.spark import remote_session
-from slicewise.tables import table_exists
+from slicewise.tables import table_exists, table_version
 from slicewise_dev.producer import Record, TxProducer, event_value
 
 pytestmark = pytest.mark.integration
@@ -227,6 +227,26 @@ def test_a_publication_waits_for_a_slice_merged_before_it(spark, pipeline):
     publication = run_publish(spark, settings, b.slice_id)
     assert gold_events(spark, settings) == 8
     assert publication.silver_version >= 0
+
+
+def test_a_publication_never_waits_for_a_slice_merged_after_it(spark, pipeline):
+    """A merges, then B merges and its gate has not run; A's gate runs after B's MERGE.
+    A's gate proves silver as of A's own commit, so A publishes at once, without B's
+    rows (the first cut of the rule proved the version its gate started at, and A then
+    waited for B: issue 66)."""
+    settings, producer = pipeline
+    settings = replace(settings, publish_wait_seconds=3)
+    producer.send([ev(f"a-{i}", 0.2, i % 3) for i in range(4)])
+    producer.send([ev(f"b-{i}", 1.2, i % 3) for i in range(6)])
+    a = plan_slice(settings, at(0), at(1), now=LATER)
+    b = plan_slice(settings, at(1), at(2), now=LATER)
+    run_ingest(spark, settings, a.slice_id)
+    run_ingest(spark, settings, b.slice_id)
+    gate = run_gate(spark, settings, a.slice_id)
+    assert gate["silver_version"] < table_version(spark, settings.table("silver"))
+    publication = run_publish(spark, settings, a.slice_id)
+    assert publication.silver_version == gate["silver_version"]
+    assert gold_events(spark, settings) == 4
 
 
 def recreate(admin: AdminClient, topic: str, partitions: int) -> None:

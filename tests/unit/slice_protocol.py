@@ -69,7 +69,11 @@ DESIGNED = Protocol(
     ack_below_unpublished=True,
 )
 SHIPPED = replace(
-    BEFORE, ledger_per_pipeline=True, verified_from_commits=True, gate_at_last_commit=True
+    BEFORE,
+    ledger_per_pipeline=True,
+    verified_from_commits=True,
+    gate_at_last_commit=True,
+    ack_below_unpublished=True,
 )
 
 

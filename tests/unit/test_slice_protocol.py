@@ -129,7 +129,6 @@ OPEN = {
     "replay_refuses_dropped",
     "gold_fenced",
     "far_recheck",
-    "ack_below_unpublished",
 }
 
 
