@@ -511,7 +511,9 @@ def median_merge(
 
     runs, metrics = [], {}
     for _ in range(1 + MERGE_REPEATS):
-        seconds, _ = timed(lambda: merge_into_silver(spark, path, pipeline, events, reach, None))
+        seconds, _ = timed(
+            lambda: merge_into_silver(spark, path, pipeline, events, reach, None, "w3")
+        )
         metrics = DeltaTable.forPath(spark, path).history(1).first()["operationMetrics"]
         DeltaTable.forPath(spark, path).restoreToVersion(base)
         runs.append(seconds)
@@ -535,6 +537,7 @@ def w3(settings: Settings, params: dict) -> dict:
             synthetic_events(spark, 1000, today, days, "w", salt),
             Reach((date(1970, 1, 1), today)),
             None,
+            "w3",
         )
     for scale in params["scales"]:
         path = str(Path(params["work"]) / f"w3-silver-{scale}x")

@@ -200,6 +200,9 @@ def test_without_an_acl_for_the_group_the_publication_stands_and_says_so(
     )
     sl = plan_slice(settings, T0, T0 + HOUR, now=LATER)  # etl may read the topic
     ledger = Ledger.of(settings)
+    # What acknowledge follows (its subject here is the broker's ACLs, not Spark): the
+    # slice's publication as the ledger records it.
+    ledger.record_step(sl.slice_id, "publish", {"silver_version": 0})
 
     refused = acknowledge(settings, ledger, sl)
     assert "Group authorization failed" in refused["warning"], refused
