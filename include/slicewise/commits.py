@@ -36,10 +36,34 @@ def tagged_slices(user_metadata: str | None) -> tuple[str, ...]:
     return tuple(s for s in named.split(",") if s)
 
 
+# Delta operations that change no row: silver's creation and schema, its maintenance.
+NO_ROW_CHANGE = frozenset(
+    {
+        "CREATE TABLE",
+        "SET TBLPROPERTIES",
+        "UNSET TBLPROPERTIES",
+        "ADD COLUMNS",
+        "CHANGE COLUMN",
+        "UPGRADE PROTOCOL",
+        "OPTIMIZE",
+        "REORG",
+        "VACUUM START",
+        "VACUUM END",
+    }
+)
+
+
 class Commit(NamedTuple):
     version: int
     slices: tuple[str, ...]  # the slices it wrote for (`tagged_slices`)
     at: int  # its timestamp, seconds since the epoch
+    operation: str = "WRITE"
+
+    @property
+    def by_hand(self) -> bool:
+        """Rows changed by no slice step: a write of someone else's (a repair, a bad
+        manual write)."""
+        return not self.slices and self.operation not in NO_ROW_CHANGE
 
 
 Commits = list[Commit]
@@ -50,14 +74,16 @@ def commits_above(spark: SparkSession, path: str, floor: int) -> Commits:
     among them. One `DESCRIBE HISTORY` of those commits only: `floor` is a version already
     proved (`Ledger.verified_floor`)."""
     # The instant as epoch seconds: a timestamp would arrive in the session's zone.
-    columns = ("version", "userMetadata", F.unix_timestamp("timestamp").alias("at"))
+    columns = ("version", "userMetadata", F.unix_timestamp("timestamp").alias("at"), "operation")
     latest = history(spark, path, 1).select(*columns).first()
     if latest.version <= floor:  # nothing above it: the latest version, already proved
-        return [Commit(int(latest.version), (), latest.at)]
+        return [Commit(int(latest.version), (), latest.at, "")]
     rows = [latest]
     if latest.version - floor > 1:
         rows = history(spark, path, latest.version - floor).select(*columns).collect()
-    return sorted(Commit(int(r.version), tagged_slices(r.userMetadata), r.at) for r in rows)
+    return sorted(
+        Commit(int(r.version), tagged_slices(r.userMetadata), r.at, r.operation) for r in rows
+    )
 
 
 def last_commit(commits: Commits, slice_id: str) -> Commit | None:

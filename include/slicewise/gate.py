@@ -174,12 +174,16 @@ def validated_version(
     committed after it (the version the gate starts at would). A slice whose last
     commit is older than VACUUM's reach (its files may be gone: a gate rerun days
     later) or that has none above the last publication is validated as silver is now,
-    which is as sound; its publication may then wait for slices in flight."""
+    which is as sound; its publication may then wait for slices in flight. So is one
+    after whose last commit silver's rows were changed by hand (a repair, a bad manual
+    write: `commits.Commit.by_hand`), so that its gate sees what was written."""
     commits = commits_above(spark, settings.table("silver"), ledger.verified_floor())
     last = last_commit(commits, slice_id)
     readable = settings.pipeline.maintenance.vacuum_retain - settings.step_timeout
     if last is None or time.time() - last.at > readable.total_seconds():
         return commits[-1].version
+    if any(c.by_hand for c in commits if c.version > last.version):
+        return commits[-1].version  # rows written by hand since: the gate sees them too
     return last.version
 
 

@@ -171,7 +171,7 @@ def proved_prefix(floor: int, commits: Commits, gate_of: Callable[[str], dict | 
     then in the version some passing gate validated. Walks `commits` oldest first and
     stops at the first commit no such gate saw."""
     need = best = floor
-    for version, slices, _ in commits:
+    for version, slices in ((c.version, c.slices) for c in commits):
         failed, pending = [], []
         for s in slices:
             gate = gate_of(s) or {}
