@@ -5,8 +5,9 @@ copies a replay brings in from other slices) carries, in its commit's userMetada
 the slices whose gate must see its rows: `slicewise slices=<id>[,<id>] attempt=<hex>`.
 The tag is in the same atomic commit as the rows, so silver's own history says which
 versions hold rows of which slices, and cannot disagree with the table (`publish`
-reads it against the gates' records). A commit without one (silver's creation, a new
-column, maintenance's compaction and purge) changes no row.
+reads it against the gates' records). A commit without one is silver's creation, a
+new column, maintenance's compaction and purge (no row changed), or a write by hand
+(`Commit.by_hand`).
 """
 
 from __future__ import annotations
