@@ -7,11 +7,13 @@ quarantine only once silver holds it. The MERGE keeps the copy the survivor rule
 prefers, so it is safe to repeat. Run it again if it is interrupted; the counts
 reconcile once it completes.
 
-Rules that became stricter withdraw records: a key the slice held valid and now
-quarantines leaves silver where its row came from this slice (`silver.withdraw`),
-and the copies other slices hold of it, valid by today's rules, take its place (the
-survivor rule picks among them, as their own MERGEs would have). Both run before the
-slice's own writes, so a rerun after a cut-off finds the same keys withdrawn. The
+Rules that became stricter withdraw records: where silver's row of a key is this
+slice's copy and not the one today's rules pick (quarantined now, or beaten now by
+another of the slice's copies), it leaves silver (`silver.withdraw`), and the copies
+other slices hold of the key, valid by today's rules, come in (the survivor rule
+picks among them and the slice's own, as their MERGEs would have). Both run before
+the slice's own writes, and a key with no row at all counts as withdrawn, so a rerun
+after a cut-off finds the same keys. The
 replay records the event dates it changed: `publish` rebuilds gold there too, and
 `announce` announces the slice again (the replay is a new revision of it).
 """
@@ -28,7 +30,7 @@ from slicewise.bronze import require_bronze_rows
 from slicewise.config import Settings
 from slicewise.gate_facts import SliceCounts, slice_counts
 from slicewise.ledger import BRONZE_DROPPED, Ledger
-from slicewise.schemas import BRONZE, slice_ids_schema
+from slicewise.schemas import BRONZE, KAFKA_POSITION, slice_ids_schema
 from slicewise.silver import (
     merge_survivors,
     parse,
@@ -39,7 +41,7 @@ from slicewise.silver import (
 from slicewise.slices import Slice
 from slicewise.tables import of_slice, read_table, replace_slice, table_version
 from slicewise.transforms import dedup_within, event_date_span, valid_events
-from slicewise.windows import Reach, Window, recorded_ids
+from slicewise.windows import Reach, Window, recorded_ids, silver_window, slice_reach
 
 log = logging.getLogger(__name__)
 
@@ -80,25 +82,55 @@ def run_replay(spark: SparkSession, settings: Settings, slice_id: str) -> SliceC
 def withdraw_stricter(
     spark: SparkSession, settings: Settings, ledger: Ledger, sl: Slice, parsed: DataFrame
 ) -> tuple[Window | None, list[str]]:
-    """Withdraw the keys the slice held valid and today's rules quarantine; bring in the
-    other slices' copies of them. The event dates changed (None: nothing withdrawn),
-    and the slices whose copies were brought in."""
+    """Withdraw the slice's stored copies that today's rules no longer pick; bring in the
+    other slices' copies of their keys. The event dates changed (None: nothing
+    withdrawn), and the slices whose copies were brought in."""
     key = list(settings.pipeline.key_columns)
-    valid = valid_events(parsed, settings.pipeline).select(*key)
-    withdrawn = recorded_ids(spark, settings, sl.slice_id).join(valid, key, "left_anti").cache()
+    withdrawn = not_picked_now(spark, settings, sl.slice_id, parsed).cache()
     try:
         span = event_date_span(withdrawn).first()
         if span["first"] is None:
             return None, []
         stored = (span["first"], span["last"])
         withdraw(spark, settings, sl, withdrawn.select(*key), Reach(stored))
-        log.warning("replay of %s withdrew keys its rules now quarantine", sl.slice_id)
+        log.warning("replay of %s withdrew copies its rules no longer pick", sl.slice_id)
         others, merged = other_copies(spark, settings, ledger, sl.slice_id, withdrawn.select(*key))
         if others is None:
             return stored, merged
         return (min(stored[0], others[0]), max(stored[1], others[1])), merged
     finally:
         withdrawn.unpersist()
+
+
+def not_picked_now(
+    spark: SparkSession, settings: Settings, slice_id: str, parsed: DataFrame
+) -> DataFrame:
+    """The slice's recorded keys (with their recorded event dates) whose row in silver is
+    the slice's own copy but not the one its survivor rule picks by today's rules (that
+    copy is quarantined now, or another of its copies now beats it), or which have no
+    row at all: an earlier attempt of this replay withdrew it and was cut off before
+    the copies that take its place. By position, not by key, so a copy quarantined now
+    leaves silver though the slice holds another valid copy of its key; and the same
+    keys on every rerun until the replay rewrites the slice's `slice_ids`."""
+    pipeline = settings.pipeline
+    key = list(pipeline.key_columns)
+    today = dedup_within(valid_events(parsed, pipeline), pipeline).select(
+        *key, *[F.col(c).alias(f"_today_{c}") for c in KAFKA_POSITION]
+    )
+    stored = silver_window(spark, settings, slice_reach(spark, settings, slice_id)).select(
+        *key, "slice_id", *KAFKA_POSITION
+    )
+    same = F.lit(True)
+    for c in KAFKA_POSITION:
+        same = same & F.col(c).eqNullSafe(F.col(f"_today_{c}"))
+    return (
+        recorded_ids(spark, settings, slice_id)
+        .select(*key, "event_date")
+        .join(stored.withColumnRenamed("slice_id", "_holder"), key, "left")
+        .join(today, key, "left")
+        .where(F.col("_holder").isNull() | ((F.col("_holder") == slice_id) & ~same))
+        .select(*key, "event_date")
+    )
 
 
 def other_copies(

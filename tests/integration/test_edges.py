@@ -395,12 +395,16 @@ def test_a_compacted_topic_is_read_only_when_the_definition_says_what_tombstones
 
 
 def test_a_replay_under_stricter_rules_withdraws_what_it_now_quarantines(
-    spark, pipeline_factory, new_topic, tmp_path
+    spark, pipeline_factory, new_topic, tmp_path, monkeypatch
 ):
     """Views become not allowed. The replay of hour 0 quarantines its views; they leave
-    silver and gold, and where hour 1 holds another copy of one (a click, beaten by
-    hour 0's position until now), that copy takes its place. Both gates pass."""
-    from slicewise.replay import run_replay
+    silver and gold. Where hour 1 holds another copy of one (a click, beaten by hour
+    0's position until now), that copy takes its place; where hour 0 holds one itself
+    (`d`: a view, then a click at a later position), its click does, though the key
+    stayed valid. The first replay is cut off after its withdrawal (the views' rows
+    gone, no copy in their place yet); run again, it ends as if it had run once. Both
+    gates pass."""
+    import slicewise.replay as replay
 
     topic = new_topic(3)
     broad, narrow = tmp_path / "broad.yaml", tmp_path / "narrow.yaml"
@@ -409,6 +413,7 @@ def test_a_replay_under_stricter_rules_withdraws_what_it_now_quarantines(
     settings, producer = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(broad))
     producer.send([ev(f"c-{i}", 0.1 + i / 100, 0) for i in range(4)])
     producer.send([ev(f"v-{i}", 0.3, 0, event_type="view") for i in range(2)])
+    producer.send([ev("d", 0.4, 0, event_type="view"), ev("d", 0.5, 0)])
     producer.send([ev("v-0", 1.2, 2)])  # a later copy, a click, at a later position
     slices = []
     for h in (0, 1):
@@ -418,15 +423,34 @@ def test_a_replay_under_stricter_rules_withdraws_what_it_now_quarantines(
         run_publish(spark, settings, sl.slice_id)
         slices.append(sl)
     a, b = slices
-    assert gold_events(spark, settings) == 6
+    assert gold_events(spark, settings) == 7
 
     stricter, _ = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(narrow))
     stricter = replace(settings, pipeline=stricter.pipeline)
-    counts = run_replay(spark, stricter, a.slice_id)
-    assert (counts.quarantined, counts.inserted, counts.missing) == (2, 4, 0)
+
+    def cut_off(*args, **kwargs):
+        raise InjectedFault("the replay is cut off after its withdrawal")
+
+    with monkeypatch.context() as cut:
+        cut.setattr(replay, "other_copies", cut_off)
+        with pytest.raises(InjectedFault):
+            replay.run_replay(spark, stricter, a.slice_id)
+    silver = spark.read.format("delta").load(settings.table("silver"))
+    assert {r.event_id for r in silver.collect()} == {f"c-{i}" for i in range(4)}
+
+    counts = replay.run_replay(spark, stricter, a.slice_id)
+    assert (counts.quarantined, counts.inserted, counts.missing) == (3, 5, 0)
     silver = spark.read.format("delta").load(settings.table("silver"))
     rows = {r.event_id: (r.event_type, r.kafka_partition) for r in silver.collect()}
-    assert rows == {**{f"c-{i}": ("click", 0) for i in range(4)}, "v-0": ("click", 2)}
+    assert rows == {
+        **{f"c-{i}": ("click", 0) for i in range(4)},
+        "v-0": ("click", 2),
+        "d": ("click", 0),
+    }
+    quarantine = spark.read.format("delta").load(settings.table("quarantine"))
+    quarantined = {(r.partition, r.offset) for r in quarantine.collect()}
+    assert len(quarantined) == 3  # the three views
+    assert not quarantined & {(r.kafka_partition, r.kafka_offset) for r in silver.collect()}
     assert run_gate(spark, stricter, a.slice_id)["success"]
     assert run_gate(spark, stricter, b.slice_id)["success"]
     run_publish(spark, stricter, a.slice_id)
@@ -434,10 +458,10 @@ def test_a_replay_under_stricter_rules_withdraws_what_it_now_quarantines(
     assert {
         r.event_type: r.total
         for r in gold.groupBy("event_type").agg(F.sum("events").alias("total")).collect()
-    } == {"click": 5}
+    } == {"click": 6}
     ledger = Ledger.of(settings)
     assert ledger.step(a.slice_id, "replay")["changed"]
-    assert run_replay(spark, stricter, a.slice_id) == counts  # safe to repeat
+    assert replay.run_replay(spark, stricter, a.slice_id) == counts  # safe to repeat
 
 
 PUBLISHED = (2, 0, 1)  # T0's copy published, then A's moves the row 40 days back

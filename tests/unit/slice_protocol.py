@@ -71,6 +71,7 @@ DESIGNED = Protocol(
 SHIPPED = replace(
     BEFORE,
     ledger_per_pipeline=True,
+    replay_by_position=True,
     verified_from_commits=True,
     gate_at_last_commit=True,
     ack_below_unpublished=True,
@@ -98,6 +99,7 @@ class Scenario:
     copies: tuple[Copy, ...]
     pipelines: tuple[str, ...] = ("p",)
     kills: int = 1  # attempts that may die, over the whole run
+    killable: frozenset[str] | None = None  # the steps whose attempts may die (None: all)
     attempts: int = 2  # per task
     zombies: bool = False  # a killed attempt may run on beside its retry
     replay: str | None = None  # the slice replayed once its rules turn strict
@@ -558,30 +560,34 @@ def replay(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
         if not proto.verified_from_commits:
             w = m.set_rec(w, p, "mark", s, len(m.versions(w, p)) - 1)
         rows = m.rows(w, p)
+        recorded = {k for (sid, k, _) in get(w.ids, p) if sid == s}
+        today = m.survivors(w, p, s)
         if proto.replay_by_position:
-            gone = {c for c in rows if c.slice == s and not m.valid(w, p, c)}
-        else:
-            recorded = {k for (sid, k, _) in get(w.ids, p) if sid == s}
-            withdrawn = recorded - set(m.survivors(w, p, s))
-            gone = {c for c in rows if c.slice == s and c.key in withdrawn}
-        keys = {c.key for c in gone}
+            # The slice's stored copies that are not its survivor by today's rules, and its
+            # keys with no row at all (an earlier attempt withdrew them and was cut off):
+            # the same keys on every rerun until the replay rewrites `slice_ids`.
+            gone = {c for c in rows if c.slice == s and c.key in recorded and today.get(c.key) != c}
+            keys = {c.key for c in gone} | (recorded - {c.key for c in rows})
+        else:  # the keys it recorded that it no longer holds valid (their copies elsewhere come in)
+            keys = recorded - set(today)
+            gone = {c for c in rows if c.slice == s and c.key in keys}
         if not proto.replay_refuses_dropped:
-            return w, (frozenset(gone),), 1
+            return w, (frozenset(gone), frozenset(keys)), 1
         found = holders(m, w, p, s, keys)
         if any(m.rec(w, p, "dropped", h) for h in found):
             return w, (), "failed"  # refused before any write, the slices named
-        return w, (frozenset(gone), frozenset(found)), 1
+        return w, (frozenset(gone), frozenset(keys), frozenset(found)), 1
     if pc == 1:  # withdraw what today's rules quarantine
         gone = set(loc[0])
-        keys, changed = {c.key for c in gone}, {c.date for c in gone}
+        keys, changed = set(loc[1]), {c.date for c in gone}
         if not proto.replay_refuses_dropped:
             if gone:
                 w = m.commit(w, p, m.rows(w, p) - gone, (s, "replay"))
             return w, (frozenset(keys), frozenset(changed)), 2
         # one commit: each withdrawn copy replaced by the other slices' survivor, if any
-        found = set(loc[1])
+        found = set(loc[2])
         src = copies_of(m, w, p, found, keys)
-        if gone:
+        if keys:
             rows = m.merged_rows(m.rows(w, p) - gone, src, {c.date for c in src.values()})
             w = m.commit(w, p, rows, (s, "replay", frozenset(found)))
             changed |= {c.date for c in src.values()}
@@ -675,6 +681,14 @@ def moves(m: Model, w: World) -> list[tuple[str, World]]:
             w2 = w._replace(strict=w.strict | {p}, done=w.done | {"replay"})
             run = tuple(sorted((*w2.running, (p, sc.replay, "replay", 1, 0, ()))))
             out.append((f"rules of {p} turn strict; replay {sc.replay}", w2._replace(running=run)))
+    if sc.replay and "replay" in w.done and "replay again" not in w.done:
+        p = sc.pipelines[0]  # a replay cut off: the operator runs it again ("run it again")
+        if m.rec(w, p, "replay", sc.replay) is None and not any(
+            r[2] == "replay" for r in w.running
+        ):
+            w2 = w._replace(done=w.done | {"replay again"})
+            run = tuple(sorted((*w2.running, (p, sc.replay, "replay", 2, 0, ()))))
+            out.append((f"replay {sc.replay} again", w2._replace(running=run)))
     if sc.drop_bronze and "drop" not in w.done:
         p = sc.pipelines[0]
         if m.rec(w, p, "publish", sc.drop_bronze) is not None:
@@ -705,7 +719,7 @@ def moves(m: Model, w: World) -> list[tuple[str, World]]:
                 pass  # a wait that changes nothing: only another move can free it
             else:
                 out.append((label, w2._replace(running=run)))
-        if w.kills < sc.kills and step != "replay":
+        if w.kills < sc.kills and (sc.killable is None or step in sc.killable):
             used = (get(w.tasks, (p, s, step)) or (0, None))[0]
             tasks = put(w.tasks, (p, s, step), (used, "lost")) if used == n else w.tasks
             killed = w._replace(running=rest, tasks=tasks, kills=w.kills + 1)

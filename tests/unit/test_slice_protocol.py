@@ -125,7 +125,6 @@ def test_the_designed_protocol_holds_in_every_reachable_state(hole: str) -> None
 
 # The fixes the code does not ship yet: their holes are still open in it.
 OPEN = {
-    "replay_by_position",
     "replay_refuses_dropped",
     "gold_fenced",
     "far_recheck",
@@ -144,6 +143,32 @@ def test_the_shipped_protocol_closes_the_holes_its_fixes_close(hole: str) -> Non
     report = explore(scenario, SHIPPED)
     assert report.quiet > 0
     assert not closed & report.found, report.describe()
+
+
+# A replay cut off between any two of its writes, then run again: the rerun must find
+# the same keys, though the first attempt's withdrawal left no row of them (a: Z's copy
+# must take its place; b: X's other copy, valid still, must replace the one it
+# quarantines now).
+REPLAY_CUT_OFF = Scenario(
+    "replay-cut-off",
+    (
+        Copy("a", 0, 0, "X", strict_invalid=True),
+        Copy("b", 0, 1, "X", strict_invalid=True),
+        Copy("b", 0, 2, "X"),
+        Copy("a", 0, 3, "Z"),
+    ),
+    kills=1,
+    killable=frozenset({"replay"}),
+    attempts=1,
+    replay="X",
+)
+
+
+@pytest.mark.parametrize("proto", [DESIGNED, SHIPPED], ids=["designed", "shipped"])
+def test_a_replay_cut_off_and_run_again_ends_as_if_it_ran_once(proto) -> None:
+    report = explore(REPLAY_CUT_OFF, proto)
+    assert report.quiet > 0
+    assert not report.found & {"not_oracle", "quarantined_and_stored", "wedged"}, report.describe()
 
 
 def test_a_gate_pinned_at_its_start_makes_a_publication_wait_for_a_later_slice() -> None:
