@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from slicewise.bronze import require_bronze_rows
 from slicewise.config import Settings
+from slicewise.errors import OperationalError
 from slicewise.gate_facts import SliceCounts, slice_counts
 from slicewise.ledger import BRONZE_DROPPED, Ledger
 from slicewise.schemas import BRONZE, KAFKA_POSITION, slice_ids_schema
@@ -79,6 +80,10 @@ def run_replay(spark: SparkSession, settings: Settings, slice_id: str) -> SliceC
     return counts
 
 
+class ReplayRefused(OperationalError):
+    """A stricter replay would withdraw keys whose only other copies are gone."""
+
+
 def withdraw_stricter(
     spark: SparkSession, settings: Settings, ledger: Ledger, sl: Slice, parsed: DataFrame
 ) -> tuple[Window | None, list[str]]:
@@ -91,15 +96,58 @@ def withdraw_stricter(
         span = event_date_span(withdrawn).first()
         if span["first"] is None:
             return None, []
+        keys = withdrawn.select(*key)
+        checked, bronze_at = refuse_dropped_holders(spark, settings, ledger, sl.slice_id, keys)
         stored = (span["first"], span["last"])
-        withdraw(spark, settings, sl, withdrawn.select(*key), Reach(stored))
+        withdraw(spark, settings, sl, keys, Reach(stored))
         log.warning("replay of %s withdrew copies its rules no longer pick", sl.slice_id)
-        others, merged = other_copies(spark, settings, ledger, sl.slice_id, withdrawn.select(*key))
+        others, merged = other_copies(
+            spark, settings, ledger, sl.slice_id, keys, set(checked), bronze_at
+        )
         if others is None:
             return stored, merged
         return (min(stored[0], others[0]), max(stored[1], others[1])), merged
     finally:
         withdrawn.unpersist()
+
+
+def refuse_dropped_holders(
+    spark: SparkSession, settings: Settings, ledger: Ledger, slice_id: str, keys: DataFrame
+) -> tuple[list[str], int]:
+    """Refuse, before any write, a withdrawal of keys whose copies in other slices can no
+    longer be read (their bronze rows dropped by retention): the keys would leave silver
+    with no copy to take their place. Returns those other slices and a version of bronze
+    that holds their rows: taken before the ledger is read, and retention records a
+    drop before it deletes, so a drop racing the replay deletes after that version
+    (which VACUUM keeps for longer than an attempt runs)."""
+    version = table_version(spark, settings.table("bronze"))
+    found = holders(spark, settings, slice_id, keys)
+    dropped = [h for h in found if ledger.step(h, BRONZE_DROPPED) is not None]
+    if dropped:
+        raise ReplayRefused(
+            f"the replay of {slice_id} would withdraw keys its rules no longer accept whose "
+            f"other copies are in slice(s) {', '.join(dropped)}, whose bronze rows retention "
+            "deleted (maintenance.bronze_retain): no copy could take their place, and the "
+            "events would leave silver and gold. Nothing was written. The slice's rows stay "
+            "as its earlier rules wrote them; replay it with rules that still accept those "
+            "records, or leave it (docs/RUNBOOK.md#a-replay-is-refused)."
+        )
+    return found, version
+
+
+def holders(spark: SparkSession, settings: Settings, slice_id: str, keys: DataFrame) -> list[str]:
+    """The other slices `slice_ids` records a copy of one of `keys` for. Reads all of
+    `slice_ids`: a replay is rare and run by hand."""
+    key = list(settings.pipeline.key_columns)
+    ids = read_table(spark, settings.table("slice_ids"), slice_ids_schema(settings.pipeline))
+    found = (
+        ids.where(F.col("slice_id") != slice_id)
+        .join(keys, key, "left_semi")
+        .select("slice_id")
+        .distinct()
+        .collect()
+    )
+    return sorted(r.slice_id for r in found)
 
 
 def not_picked_now(
@@ -134,29 +182,31 @@ def not_picked_now(
 
 
 def other_copies(
-    spark: SparkSession, settings: Settings, ledger: Ledger, slice_id: str, keys: DataFrame
+    spark: SparkSession,
+    settings: Settings,
+    ledger: Ledger,
+    slice_id: str,
+    keys: DataFrame,
+    checked: set[str],
+    bronze_at: int,
 ) -> tuple[Window | None, list[str]]:
     """MERGE the copies of `keys` that other slices hold (parsed from their bronze rows by
-    today's rules); the span of the event dates their MERGEs looked at (far dates
-    included), and those slices. Each MERGE is tagged with the slice whose copies it
-    writes, so its gate must see them before a publication reads them. Reads all of
-    `slice_ids` to find the slices: a replay is rare and run by hand."""
+    today's rules; the `checked` slices' as of bronze's version `bronze_at`); the span of the event dates their MERGEs
+    looked at (far dates included), and those slices. Each MERGE is tagged with the
+    slice whose copies it writes, so its gate must see them before a publication reads
+    them. The holders are read after the withdrawal: a slice whose MERGE found the
+    withdrawn copy (and so inserted nothing) recorded its ids before that MERGE, so it
+    is among them, and read as bronze is now (a slice racing the replay)."""
     key = list(settings.pipeline.key_columns)
-    ids = read_table(spark, settings.table("slice_ids"), slice_ids_schema(settings.pipeline))
-    holders = [
-        r.slice_id
-        for r in ids.where(F.col("slice_id") != slice_id)
-        .join(keys, key, "left_semi")
-        .select("slice_id")
-        .distinct()
-        .collect()
-    ]
     spans, merged = [], []
-    for other in sorted(holders):
-        if ledger.step(other, BRONZE_DROPPED) is not None:
+    for other in holders(spark, settings, slice_id, keys):
+        if other in checked:
+            bronze = bronze_rows_at(spark, settings, other, bronze_at)
+        elif ledger.step(other, BRONZE_DROPPED) is not None:
             log.warning("slice %s's bronze rows are gone: its copies stay out", other)
             continue
-        bronze = of_slice(spark, settings.table("bronze"), BRONZE, other)
+        else:
+            bronze = of_slice(spark, settings.table("bronze"), BRONZE, other)
         copies = valid_events(parse(bronze, settings), settings.pipeline).join(
             keys, key, "left_semi"
         )
@@ -168,3 +218,13 @@ def other_copies(
     if not spans:
         return None, merged
     return (min(w[0] for w in spans), max(w[1] for w in spans)), merged
+
+
+def bronze_rows_at(
+    spark: SparkSession, settings: Settings, slice_id: str, version: int
+) -> DataFrame:
+    """A slice's bronze rows as of a version of bronze."""
+    bronze = (
+        spark.read.format("delta").option("versionAsOf", version).load(settings.table("bronze"))
+    )
+    return bronze.where(F.col("slice_id") == slice_id)

@@ -464,6 +464,46 @@ def test_a_replay_under_stricter_rules_withdraws_what_it_now_quarantines(
     assert replay.run_replay(spark, stricter, a.slice_id) == counts  # safe to repeat
 
 
+def test_a_stricter_replay_refuses_when_a_keys_other_copy_lost_its_bronze(
+    spark, pipeline_factory, new_topic, tmp_path
+):
+    """Hour 1's view of `k` beats hour 0's click (a lower partition); views become not
+    allowed, and retention dropped hour 0's bronze rows. The click cannot take the
+    view's place, so the replay of hour 1 refuses before any write, naming hour 0: `k`
+    stays in silver as it was."""
+    from slicewise.maintenance import drop_old_bronze
+    from slicewise.replay import ReplayRefused, run_replay
+
+    topic = new_topic(3)
+    broad, narrow = tmp_path / "broad.yaml", tmp_path / "narrow.yaml"
+    broad.write_text(definition(topic, allowed="[click, view]"))
+    narrow.write_text(definition(topic, allowed="[click]"))
+    settings, producer = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(broad))
+    producer.send([ev("k", 0.3, 2)])
+    producer.send([ev("k", 1.2, 0, event_type="view"), ev("own", 1.4, 0)])
+    slices = []
+    for h in (0, 1):
+        sl = plan_slice(settings, at(h), at(h + 1), now=LATER)
+        run_ingest(spark, settings, sl.slice_id)
+        run_gate(spark, settings, sl.slice_id)
+        run_publish(spark, settings, sl.slice_id)
+        slices.append(sl)
+    old, replayed = slices
+    dropped, _ = drop_old_bronze(spark, settings.table("bronze"), Ledger.of(settings), at(1))
+    assert dropped == [old.slice_id]
+    stricter, _ = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(narrow))
+    stricter = replace(settings, pipeline=stricter.pipeline)
+    before = {t: table_version(spark, settings.table(t)) for t in ("silver", "quarantine")}
+    with pytest.raises(ReplayRefused, match=f"{old.slice_id}.*Nothing was written"):
+        run_replay(spark, stricter, replayed.slice_id)
+    assert {t: table_version(spark, settings.table(t)) for t in before} == before
+    silver = spark.read.format("delta").load(settings.table("silver"))
+    assert {(r.event_id, r.event_type) for r in silver.collect()} == {
+        ("k", "view"),
+        ("own", "click"),
+    }
+
+
 PUBLISHED = (2, 0, 1)  # T0's copy published, then A's moves the row 40 days back
 
 

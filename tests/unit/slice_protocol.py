@@ -556,7 +556,7 @@ def copies_of(m: Model, w: World, p: str, slices: set[str], keys: set[str]) -> d
 def replay(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
     """`slicewise replay` of slice s after its pipeline's rules turned strict."""
     proto = m.proto
-    if pc == 0:  # mark; what to withdraw; (shipped) the other slices' copies read first
+    if pc == 0:  # mark; what to withdraw; (shipped) refused if a holder's bronze is gone
         if not proto.verified_from_commits:
             w = m.set_rec(w, p, "mark", s, len(m.versions(w, p)) - 1)
         rows = m.rows(w, p)
@@ -571,35 +571,23 @@ def replay(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
         else:  # the keys it recorded that it no longer holds valid (their copies elsewhere come in)
             keys = recorded - set(today)
             gone = {c for c in rows if c.slice == s and c.key in keys}
-        if not proto.replay_refuses_dropped:
-            return w, (frozenset(gone), frozenset(keys)), 1
-        found = holders(m, w, p, s, keys)
+        found = holders(m, w, p, s, keys) if proto.replay_refuses_dropped else set()
         if any(m.rec(w, p, "dropped", h) for h in found):
             return w, (), "failed"  # refused before any write, the slices named
         return w, (frozenset(gone), frozenset(keys), frozenset(found)), 1
-    if pc == 1:  # withdraw what today's rules quarantine
+    if pc == 1:  # withdraw those copies
         gone = set(loc[0])
-        keys, changed = set(loc[1]), {c.date for c in gone}
-        if not proto.replay_refuses_dropped:
-            if gone:
-                w = m.commit(w, p, m.rows(w, p) - gone, (s, "replay"))
-            return w, (frozenset(keys), frozenset(changed)), 2
-        # one commit: each withdrawn copy replaced by the other slices' survivor, if any
-        found = set(loc[2])
-        src = copies_of(m, w, p, found, keys)
-        if keys:
-            rows = m.merged_rows(m.rows(w, p) - gone, src, {c.date for c in src.values()})
-            w = m.commit(w, p, rows, (s, "replay", frozenset(found)))
-            changed |= {c.date for c in src.values()}
-            for h in found:
-                w = w._replace(tasks=reset(w.tasks, p, h))
-        return w, (frozenset(keys), frozenset(changed), frozenset(found)), 2
-    if pc == 2:  # the other slices' copies of the withdrawn keys take their place
-        keys, changed = set(loc[0]), set(loc[1])
-        if proto.replay_refuses_dropped:  # again after the commit: a slice racing in
-            late = holders(m, w, p, s, keys) - set(loc[2])
-        else:  # read now, those whose bronze was dropped skipped (a log line)
-            late = {h for h in m.sc.slices if h != s and not m.rec(w, p, "dropped", h)}
+        if gone:
+            w = m.commit(w, p, m.rows(w, p) - gone, (s, "replay"))
+        return w, (loc[1], frozenset(c.date for c in gone), loc[2]), 2
+    if pc == 2:  # the other slices' copies of those keys come in
+        keys, changed, found = set(loc[0]), set(loc[1]), loc[2]
+        # The holders read now, after the withdrawal: a slice whose MERGE saw the
+        # withdrawn copy (and inserted nothing) recorded its ids before it, so it is
+        # among them. Those found before the withdrawal are read from bronze as of then
+        # (a drop racing the replay deletes after it); any other whose bronze was
+        # dropped is skipped (a log line).
+        late = {h for h in holders(m, w, p, s, keys) if h in found or not m.rec(w, p, "dropped", h)}
         for h in sorted(late):
             src = copies_of(m, w, p, {h}, keys)
             if src:
@@ -678,7 +666,11 @@ def moves(m: Model, w: World) -> list[tuple[str, World]]:
         if m.rec(w, p, "publish", sc.replay) is not None and not any(
             r[2] == "replay" for r in w.running
         ):
-            w2 = w._replace(strict=w.strict | {p}, done=w.done | {"replay"})
+            # Retention drops only slices older than `bronze_retain` (days), so a slice
+            # it can drop was published before the replay began, not during it.
+            old = sc.drop_bronze and m.rec(w, p, "publish", sc.drop_bronze) is not None
+            done = w.done | {"replay"} | ({"old enough to drop"} if old else set())
+            w2 = w._replace(strict=w.strict | {p}, done=done)
             run = tuple(sorted((*w2.running, (p, sc.replay, "replay", 1, 0, ()))))
             out.append((f"rules of {p} turn strict; replay {sc.replay}", w2._replace(running=run)))
     if sc.replay and "replay" in w.done and "replay again" not in w.done:
@@ -691,7 +683,8 @@ def moves(m: Model, w: World) -> list[tuple[str, World]]:
             out.append((f"replay {sc.replay} again", w2._replace(running=run)))
     if sc.drop_bronze and "drop" not in w.done:
         p = sc.pipelines[0]
-        if m.rec(w, p, "publish", sc.drop_bronze) is not None:
+        published = m.rec(w, p, "publish", sc.drop_bronze) is not None
+        if published and ("replay" not in w.done or "old enough to drop" in w.done):
             w2 = m.set_rec(w, p, "dropped", sc.drop_bronze, True)
             out.append(
                 (

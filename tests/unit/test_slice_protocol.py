@@ -125,7 +125,6 @@ def test_the_designed_protocol_holds_in_every_reachable_state(hole: str) -> None
 
 # The fixes the code does not ship yet: their holes are still open in it.
 OPEN = {
-    "replay_refuses_dropped",
     "gold_fenced",
     "far_recheck",
 }
