@@ -148,7 +148,8 @@ def verified_version(
         if slice_id in proved.pending:
             raise GateNotPassed(
                 f"slice {slice_id}: silver holds a commit of it (version {mine}) that its "
-                "gate has not seen (a retried ingest or a replay since); run its gate again, "
+                "gate has not seen (a retried ingest, a replay, or a racing slice's clean-up "
+                "of a key stored twice since); run its gate again, "
                 "nothing was published."
             )
         if proved.failed or time.monotonic() > deadline:

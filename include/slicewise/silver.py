@@ -36,7 +36,7 @@ from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
 from slicewise.pipelines import Pipeline
-from slicewise.schemas import BRONZE, silver_schema
+from slicewise.schemas import BRONZE, KAFKA_POSITION, silver_schema
 from slicewise.slices import Slice
 from slicewise.tables import (
     append_once,
@@ -50,6 +50,7 @@ from slicewise.tables import (
     table_version,
 )
 from slicewise.transforms import (
+    duplicated,
     event_date_span,
     horizon_window,
     quarantined,
@@ -57,7 +58,7 @@ from slicewise.transforms import (
     survivors,
     valid_events,
 )
-from slicewise.windows import Reach, reach_of
+from slicewise.windows import Reach, reach_of, recorded_ids, silver_window
 
 log = logging.getLogger(__name__)
 
@@ -329,6 +330,63 @@ def withdraw(
         spark.catalog.dropTempView(source)
 
 
+def settle_far_copies(
+    spark: SparkSession, settings: Settings, slice_id: str, merged: Reach | None
+) -> Reach | None:
+    """After the MERGE (whose reach was `merged`; None: no valid event), the slice's far
+    dates looked up again; where there are any, each of the slice's keys keeps only its
+    survivor's row in the reach. The reach now.
+
+    Of two slices with copies of a key far apart, the one that looks up later finds the
+    other's date (each records its ids before its lookup), but the other's MERGE, which
+    never read that date, may commit after it: neither wrote what the other read, so
+    Delta sees no conflict, and the key has two rows. The later committer's lookup here
+    finds the other's date. Wherever far dates exist the rows are checked, whatever
+    this attempt's MERGE read: a retry's MERGE may be the first attempt's, skipped by
+    Delta. The DELETE is tagged with the slice and with each other slice holding a row
+    of such a key whose gate has not passed: its gate, pinned at its own last commit,
+    may have seen the two rows, and must see the one now (one whose gate passed saw one
+    row; the tag would hold its publication for a gate it passed). Almost always there
+    is no far date: one lookup and nothing else."""
+    if merged is None:
+        return None
+    pipeline, path = settings.pipeline, settings.table("silver")
+    key = list(pipeline.key_columns)
+    keys = recorded_ids(spark, settings, slice_id).select(*key)
+    reach = reach_of(spark, settings, keys, merged.window)
+    if not reach.far:
+        return reach
+    rows = silver_window(spark, settings, reach).join(keys, key, "left_semi")
+    found = duplicated(rows, pipeline).select(*key, "slice_id", *KAFKA_POSITION, "beaten")
+    found = found.collect()
+    if not found:
+        return reach
+    losers = [r for r in found if r.beaten]
+    ledger = Ledger.of(settings)
+    unproved = [
+        o for o in {r.slice_id for r in found} if not (ledger.step(o, "gate") or {}).get("success")
+    ]
+    log.warning(
+        "silver of %s: keys stored twice, at far dates, by slices racing it; deleting "
+        "the %d row(s) not their key's survivor",
+        slice_id,
+        len(losers),
+    )
+    source = f"beaten_{uuid.uuid4().hex}"
+    spark.createDataFrame(losers).createOrReplaceTempView(source)
+    same_copy = " AND ".join(f"t.{c} = s.{c}" for c in KAFKA_POSITION)
+    try:
+        with commit_tag(spark, slice_tag([slice_id, *unproved])):
+            spark.sql(
+                f"MERGE INTO {delta_ref(path)} AS t USING {source} AS s "
+                f"ON {reach.sql('t.event_date')} AND {key_match_sql(pipeline)} AND {same_copy} "
+                "WHEN MATCHED THEN DELETE"
+            ).collect()
+    finally:
+        spark.catalog.dropTempView(source)
+    return reach
+
+
 # Writes a slice's rows of a table it owns by slice (quarantine, slice_ids): (rows, table).
 SliceStore = Callable[[DataFrame, str], None]
 
@@ -429,6 +487,7 @@ def merge_slice(
         spark, settings, slice_id, parsed, append, merge_id=f"slicewise/silver/{slice_id}"
     )
     fault_point("silver.merged", settings, slice_id)
+    reach = settle_far_copies(spark, settings, slice_id, reach)
 
     result = SilverResult(slice_id, reach)
     ledger.record_step(

@@ -45,6 +45,19 @@ def dedup_within(events: DataFrame, pipeline: Pipeline) -> DataFrame:
     return survivors(events, pipeline).drop("copies")
 
 
+def duplicated(rows: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """The rows of keys that have more than one, each with `beaten`: whether it is not
+    its key's survivor (`contract.survivor_order`)."""
+    by_key = Window.partitionBy(*pipeline.key_columns)
+    return (
+        rows.withColumn("_rank", F.row_number().over(by_key.orderBy(*survivor_order(pipeline))))
+        .withColumn("_rows", F.count("*").over(by_key))
+        .where("_rows > 1")
+        .withColumn("beaten", F.col("_rank") > 1)
+        .drop("_rank", "_rows")
+    )
+
+
 def slice_ids(kept: DataFrame, pipeline: Pipeline) -> DataFrame:
     """From `survivors`: one row per distinct key of a slice's valid events, how many
     copies the slice held and its surviving copy's event_date. What the gate and

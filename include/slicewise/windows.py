@@ -88,7 +88,9 @@ def far_dates(
     A slice's ids commit before its MERGE looks here (`silver.write_slice`), so of two
     slices racing with copies of a key far apart, the later lookup finds the other's
     date, and its MERGE then reads that partition: Delta fails it if the other's MERGE
-    wrote there meanwhile, and the retry finds the row."""
+    wrote there meanwhile, and the retry finds the row. The other MERGE may commit
+    last, never having read this date: `silver.settle_far_copies` looks again after
+    it."""
     lo, hi = window
     key = list(settings.pipeline.key_columns)
     ids = read_table(spark, settings.table("slice_ids"), slice_ids_schema(settings.pipeline))

@@ -507,6 +507,50 @@ def test_a_stricter_replay_refuses_when_a_keys_other_copy_lost_its_bronze(
 PUBLISHED = (2, 0, 1)  # T0's copy published, then A's moves the row 40 days back
 
 
+def test_copies_far_apart_racing_end_as_one_row(
+    spark, pipeline_factory, new_topic, tmp_path, monkeypatch
+):
+    """Hour 1 (S) records its ids and looks up far dates (none yet), then waits before its
+    MERGE; hour 0 (X, a copy of `k` 20 days earlier) records its ids, finds S's date,
+    and MERGEs first at its own date. S's MERGE read only its own window, so Delta sees
+    no conflict and inserts `k` at S's date: two rows. S's lookup after its MERGE finds
+    X's date and keeps the survivor (X's copy, at the lower position); both gates pass,
+    and both publish."""
+    import slicewise.silver as silver
+
+    topic = new_topic(1)
+    spec = tmp_path / "events.yaml"
+    spec.write_text(definition(topic))
+    settings, producer = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(spec))
+    producer.send([Record(event_value("k", T0 - timedelta(days=20)), 0, at(0.5))])
+    producer.send([Record(event_value("k", T0), 0, at(1.5)), ev("own", 1.6)])
+    x, s = (plan_slice(settings, at(h), at(h + 1), now=LATER) for h in (0, 1))
+    looked_up, go = threading.Event(), threading.Event()
+    real = silver.fault_point
+
+    def hold(point, settings_, slice_id):
+        if point == "silver.probed" and slice_id == s.slice_id:
+            looked_up.set()
+            assert go.wait(120)
+        real(point, settings_, slice_id)
+
+    monkeypatch.setattr(silver, "fault_point", hold)
+    with ThreadPoolExecutor(1) as pool:
+        racing = pool.submit(run_ingest, spark, settings, s.slice_id)
+        assert looked_up.wait(300)
+        run_ingest(spark, settings, x.slice_id)
+        go.set()
+        racing.result(300)
+    silver_rows = spark.read.format("delta").load(settings.table("silver"))
+    rows = sorted((r.event_id, r.kafka_offset) for r in silver_rows.collect())
+    assert [r for r in rows if r[0] == "k"] == [("k", 0)]
+    for sl in (x, s):  # X's last commit is S's clean-up, so its publication needs S's gate
+        assert run_gate(spark, settings, sl.slice_id)["success"]
+    for sl in (x, s):
+        run_publish(spark, settings, sl.slice_id)
+    assert gold_events(spark, settings) == 2
+
+
 def test_copies_far_apart_end_as_one_row_in_any_order(
     spark_remote, pipeline_factory, new_topic, tmp_path
 ):

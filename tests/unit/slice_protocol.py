@@ -72,9 +72,11 @@ SHIPPED = replace(
     BEFORE,
     ledger_per_pipeline=True,
     replay_by_position=True,
+    replay_refuses_dropped=True,
     verified_from_commits=True,
     gate_at_last_commit=True,
     ack_below_unpublished=True,
+    far_recheck=True,
 )
 
 
@@ -342,18 +344,30 @@ def ingest(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
         return w, loc, 7
     if pc == 7:  # silver.merged; then (shipped) the far dates again
         if proto.far_recheck:
+            # Looked up again after the commit: a racing slice that recorded its ids after
+            # this one's lookup and merged first, far away, is found now. Wherever far
+            # dates exist each key keeps its survivor only, whatever this attempt's MERGE
+            # read (a retry's MERGE may have been the first attempt's, skipped by Delta).
             src = m.survivors(w, p, s)
-            again = m.reach(w, p, s, set(src), {c.date for c in src.values()})
-            if not again <= set(loc[0]):  # a racing slice's copy far away: keep the survivor
+            dates = {c.date for c in src.values()}
+            again = m.reach(w, p, s, set(src), dates)
+            if again - m.window(dates):
                 rows = m.rows(w, p)
-                losers = set()
+                losers, owners = set(), set()
                 for k in src:
                     same = sorted(
                         (c for c in rows if c.key == k and c.date in again), key=lambda c: c.pos
                     )
-                    losers |= set(same[1:])
+                    if len(same) > 1:
+                        losers |= set(same[1:])
+                        owners |= {c.slice for c in same}
+                # Tagged with each other slice holding a row of such a key whose gate has
+                # not passed: its gate, pinned at its own last commit, may have seen the
+                # two rows, and must see the one now. One whose gate passed saw one row
+                # (tagging it would hold its publication for a gate it passed).
                 if losers:
-                    w = m.commit(w, p, rows - losers, (s, "merge"))
+                    unproved = {o for o in owners if not (m.rec(w, p, "gate", o) or (False,))[0]}
+                    w = m.commit(w, p, rows - losers, (s, "merge", frozenset(unproved)))
         return w, (), 8
     if pc == 8:  # record silver, with silver's version then
         w = m.set_rec(w, p, "silver", s, len(m.versions(w, p)) - 1)
@@ -750,10 +764,18 @@ def check_quiet(m: Model, w: World) -> None:
             raise Violation("not_oracle", f"{p} silver {sorted(rows)} != {sorted(oracle(m, w, p))}")
 
 
+def not_seen(m: Model, w: World, p: str, s: str) -> bool:
+    """The slice's gate passed, but below a commit tagged with it (`GateNotPassed`)."""
+    outcome = m.rec(w, p, "gate", s)
+    mine = last_commit(m, w, p, s, len(m.versions(w, p)) - 1)
+    return bool(outcome and outcome[0] and mine is not None and outcome[1] < mine)
+
+
 def recover(m: Model, w: World) -> None:
     """On-call's clean rerun from a quiet state: the failing expectation corrected, then
     every task not succeeded run again (no kill, one at a time, in schedule order, each
-    whose upstream succeeded, until none moves): every slice must end published."""
+    whose upstream succeeded, until none moves), and a gate again where a publication
+    says so: every slice must end published."""
     w = w._replace(repaired=True, running=(), kills=m.sc.kills)
     steps = STEPS if m.sc.publish else STEPS[:3]
     pending = [(p, s, step) for p in m.sc.pipelines for s in m.sc.slices for step in steps]
@@ -772,6 +794,9 @@ def recover(m: Model, w: World) -> None:
                     break
             if pc == "ok":
                 w, moved = w2._replace(tasks=put(w2.tasks, (p, s, step), (9, "ok"))), True
+            elif step == "publish" and not_seen(m, w, p, s):
+                # GateNotPassed: its message says to run the gate again (docs/RUNBOOK.md)
+                w, moved = w._replace(tasks=drop(w.tasks, (p, s, "gate"))), True
     stuck = [t for t in pending if (get(w.tasks, t) or (0, None))[1] != "ok"]
     if stuck:
         raise Violation("wedged", f"after a clean rerun of every task, {stuck} do not pass")
