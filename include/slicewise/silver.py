@@ -357,8 +357,7 @@ def settle_far_copies(
     if not reach.far:
         return reach
     rows = silver_window(spark, settings, reach).join(keys, key, "left_semi")
-    found = duplicated(rows, pipeline).select(*key, "slice_id", *KAFKA_POSITION, "beaten")
-    found = found.collect()
+    found = duplicated(rows, pipeline).select(*key, "slice_id", *KAFKA_POSITION, "beaten").collect()
     if not found:
         return reach
     losers = [r for r in found if r.beaten]

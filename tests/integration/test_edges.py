@@ -394,6 +394,16 @@ def test_a_compacted_topic_is_read_only_when_the_definition_says_what_tombstones
     assert spark.read.format("delta").load(settings.table("silver")).count() == 1
 
 
+def published_hours(spark, settings, hours: int) -> list:
+    """Hours 0 .. hours-1 planned, ingested, gated and published, in turn."""
+    slices = [plan_slice(settings, at(h), at(h + 1), now=LATER) for h in range(hours)]
+    for sl in slices:
+        run_ingest(spark, settings, sl.slice_id)
+        run_gate(spark, settings, sl.slice_id)
+        run_publish(spark, settings, sl.slice_id)
+    return slices
+
+
 def test_a_replay_under_stricter_rules_withdraws_what_it_now_quarantines(
     spark, pipeline_factory, new_topic, tmp_path, monkeypatch
 ):
@@ -415,14 +425,7 @@ def test_a_replay_under_stricter_rules_withdraws_what_it_now_quarantines(
     producer.send([ev(f"v-{i}", 0.3, 0, event_type="view") for i in range(2)])
     producer.send([ev("d", 0.4, 0, event_type="view"), ev("d", 0.5, 0)])
     producer.send([ev("v-0", 1.2, 2)])  # a later copy, a click, at a later position
-    slices = []
-    for h in (0, 1):
-        sl = plan_slice(settings, at(h), at(h + 1), now=LATER)
-        run_ingest(spark, settings, sl.slice_id)
-        run_gate(spark, settings, sl.slice_id)
-        run_publish(spark, settings, sl.slice_id)
-        slices.append(sl)
-    a, b = slices
+    a, b = published_hours(spark, settings, 2)
     assert gold_events(spark, settings) == 7
 
     stricter, _ = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(narrow))
@@ -481,14 +484,7 @@ def test_a_stricter_replay_refuses_when_a_keys_other_copy_lost_its_bronze(
     settings, producer = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(broad))
     producer.send([ev("k", 0.3, 2)])
     producer.send([ev("k", 1.2, 0, event_type="view"), ev("own", 1.4, 0)])
-    slices = []
-    for h in (0, 1):
-        sl = plan_slice(settings, at(h), at(h + 1), now=LATER)
-        run_ingest(spark, settings, sl.slice_id)
-        run_gate(spark, settings, sl.slice_id)
-        run_publish(spark, settings, sl.slice_id)
-        slices.append(sl)
-    old, replayed = slices
+    old, replayed = published_hours(spark, settings, 2)
     dropped, _ = drop_old_bronze(spark, settings.table("bronze"), Ledger.of(settings), at(1))
     assert dropped == [old.slice_id]
     stricter, _ = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(narrow))
