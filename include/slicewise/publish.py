@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import date
@@ -25,7 +26,13 @@ from slicewise.config import Settings
 from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
-from slicewise.tables import retry_on_conflict, table_exists, table_version
+from slicewise.tables import (
+    history,
+    retry_on_conflict,
+    table_exists,
+    table_version,
+    tagged_commit,
+)
 from slicewise.transforms import events_per_hour, hours_sql, window_hours
 from slicewise.windows import Reach, silver_window, slice_reach
 
@@ -63,17 +70,24 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
     gold_path = settings.table("gold_events_per_hour")
     gold = settings.pipeline.gold
     hours: list[str] = []
+    gold_version = None
     if reach is not None and gold is not None:
         ranges = [window_hours(r) for r in reach.ranges()]
         hours = list(ranges[0])
 
         attempts = 0
 
-        def rebuild() -> None:
+        def rebuild() -> int:
             nonlocal version, attempts
             attempts += 1
+            built, read = gold_state(spark, gold_path)
             if attempts > 1:  # a retry after a lost race: silver may have moved on
                 version = verified_version(spark, settings, ledger, slice_id)
+            # Never an older view than gold already shows: that view was proved when
+            # its publication read it, and it holds this slice's commits or more. (A
+            # slice with a reach merged, so silver and `version` exist.)
+            version = max(int(version), built)
+            attempt = uuid.uuid4().hex
             (
                 events_per_hour(
                     silver_window(spark, settings, reach, version),
@@ -84,18 +98,27 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
                 .write.format("delta")
                 .mode("overwrite")
                 .option("replaceWhere", hours_sql(ranges))
+                .option("txnAppId", GOLD_WRITER)
+                .option("txnVersion", fence(version, read))
+                .option("userMetadata", f"{BUILT_FROM}{version} {slice_id} attempt={attempt}")
                 .save(gold_path)
             )
+            commit = tagged_commit(spark, gold_path, attempt)
+            if commit is None:
+                raise GoldMovedOn(f"a publication from silver v{version} or newer came first")
+            return int(commit.version)
 
         # Two runs publishing at once (a backfill, two at a time) may both create gold, or
-        # rewrite overlapping hours: the loser recomputes its hours from silver's latest
-        # verified version, never writing an older view over a newer one.
-        retry_on_conflict(rebuild, f"gold of {slice_id}")
+        # rewrite overlapping hours: the loser (a commit conflict, or a write Delta skipped
+        # under gold's fence) recomputes its hours from silver's latest verified version.
+        gold_version = retry_on_conflict(rebuild, f"gold of {slice_id}", also=GoldMovedOn)
+    elif table_exists(spark, gold_path):
+        gold_version = table_version(spark, gold_path)
     fault_point("publish.gold_written", settings, slice_id)
     publication = Publication(
         slice_id=slice_id,
         silver_version=version if version is not None else table_version(spark, silver_path),
-        gold_version=table_version(spark, gold_path) if table_exists(spark, gold_path) else None,
+        gold_version=gold_version,
         hours=hours,
         far_dates=[] if reach is None or not hours else [d.isoformat() for d in reach.far],
     )
@@ -105,6 +128,43 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
     log.info("published %s: gold hours %s", slice_id, hours or "none")
     acknowledge(settings, ledger, ledger.load_slice(slice_id))
     return publication
+
+
+# Gold's writes carry one idempotent-write id: Delta skips a write whose txnVersion is not
+# above the last one committed under it, and fails one that races it at commit. The
+# version puts the silver version the rows were built from above the gold version the
+# write read, so no publication from an older view of silver lands after one from a
+# newer view (replaceWhere reads gold as it is when the write starts, so Delta's conflict
+# check alone lets it through), and two from one view, over other hours, both land.
+GOLD_WRITER = "slicewise.publish"
+BUILT_FROM = "slicewise built_from="
+
+
+def fence(silver_version: int, gold_read: int) -> int:
+    """Gold's txnVersion for rows built from `silver_version`, written over `gold_read`."""
+    return silver_version * 2**32 + gold_read + 1
+
+
+def gold_state(spark: SparkSession, path: str) -> tuple[int, int]:
+    """The silver version gold was last built from, and gold's version ((-1, -1): no gold
+    yet; built -1: gold predates the fence, or its last build is 50 commits back)."""
+    if not table_exists(spark, path):
+        return -1, -1
+    rows = history(spark, path, 50).select("version", "userMetadata").collect()
+    built = next(
+        (
+            int(r.userMetadata[len(BUILT_FROM) :].split(" ", 1)[0])
+            for r in rows
+            if (r.userMetadata or "").startswith(BUILT_FROM)
+        ),
+        -1,
+    )
+    return built, max(int(r.version) for r in rows)
+
+
+class GoldMovedOn(Exception):
+    """Delta skipped a gold write under the fence: a publication from a newer view of
+    silver (or from the same view over gold as it is now) committed first."""
 
 
 def widened(reach: Reach | None, replay: dict | None) -> Reach | None:

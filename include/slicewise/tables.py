@@ -158,7 +158,12 @@ def is_commit_conflict(exc: BaseException) -> bool:
     )
 
 
-def retry_on_conflict(step: Callable[[], T], what: str, attempts: int = 6) -> T:
+def retry_on_conflict(
+    step: Callable[[], T],
+    what: str,
+    attempts: int = 6,
+    also: type[BaseException] | tuple[type[BaseException], ...] = (),
+) -> T:
     """Run a step that is idempotent per slice, again if a concurrent writer won.
 
     Two attempts of one slice (a zombie driver and its retry) race on the same
@@ -167,12 +172,13 @@ def retry_on_conflict(step: Callable[[], T], what: str, attempts: int = 6) -> T:
     Racers in lockstep can meet again at the step's next commit (silver creates its
     table, appends quarantine, then merges): every lost race means the other side
     committed, so the attempts are bounded by the step's commits, and 6 covers them.
+    `also`: the step's own signs of a lost race (a write Delta skipped under a fence).
     """
     for attempt in range(1, attempts + 1):
         try:
             return step()
         except Exception as exc:
-            if attempt == attempts or not is_commit_conflict(exc):
+            if attempt == attempts or not (isinstance(exc, also) or is_commit_conflict(exc)):
                 raise
             log.warning(
                 "%s lost a commit race (%s); re-checking (attempt %d)",

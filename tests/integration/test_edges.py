@@ -249,6 +249,45 @@ def test_a_publication_never_waits_for_a_slice_merged_after_it(spark, pipeline):
     assert gold_events(spark, settings) == 4
 
 
+def test_a_publication_from_an_older_view_never_replaces_a_newer_one(spark, pipeline, monkeypatch):
+    """A's publication takes its verified version (A's MERGE), then stalls before writing
+    gold; B merges, passes and publishes gold's hours from the newer version, with A's
+    rows and B's. A's write, from the older view, would put back hours without B's rows
+    though B is recorded as published: gold's fence makes Delta skip it, and A rebuilds
+    from the version gold was last built from."""
+    import slicewise.publish as publish
+
+    settings, producer = pipeline
+    producer.send([ev(f"a-{i}", 0.2, i % 3) for i in range(4)])
+    producer.send([ev(f"b-{i}", 1.2, i % 3) for i in range(6)])
+    a = plan_slice(settings, at(0), at(1), now=LATER)
+    b = plan_slice(settings, at(1), at(2), now=LATER)
+    run_ingest(spark, settings, a.slice_id)
+    assert run_gate(spark, settings, a.slice_id)["success"]
+    stalled, go = threading.Event(), threading.Event()
+    real = publish.silver_window
+
+    def stall(spark_, settings_, reach, version):
+        if threading.current_thread() is not threading.main_thread() and not go.is_set():
+            stalled.set()
+            assert go.wait(120)
+        return real(spark_, settings_, reach, version)
+
+    monkeypatch.setattr(publish, "silver_window", stall)
+    with ThreadPoolExecutor(1) as pool:
+        older = pool.submit(run_publish, spark, settings, a.slice_id)
+        assert stalled.wait(300)
+        run_ingest(spark, settings, b.slice_id)
+        assert run_gate(spark, settings, b.slice_id)["success"]
+        newer = run_publish(spark, settings, b.slice_id)
+        assert gold_events(spark, settings) == 10
+        go.set()
+        publication = older.result(300)
+    assert gold_events(spark, settings) == 10
+    assert publication.silver_version >= newer.silver_version
+    assert publication.gold_version > newer.gold_version
+
+
 def recreate(admin: AdminClient, topic: str, partitions: int) -> None:
     """Delete `topic` and create it again under its name (Kafka gives it a new id)."""
     admin.delete_topics([topic])[topic].result(timeout=30)
