@@ -26,16 +26,15 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from slicewise.errors import ConfigError, OperationalError
 from slicewise.holds import Hold
+from slicewise.lease import PlanningLease, planning_lease
 from slicewise.slices import Boundary, Slice, from_stamp, stamp
 from slicewise.store import open_store
 
@@ -49,7 +48,6 @@ INDEX = "newest-first"
 # Written once every object an earlier version stored flat has its place in a day folder.
 BY_DAY = "layout/by-day"
 PAGE = 20  # keys listed per request when walking to a neighbour
-LEASE = "planning.lease"  # held while a planner resolves and stores new boundaries
 log = logging.getLogger(__name__)
 _REVERSED = str.maketrans("0123456789", "9876543210")
 
@@ -200,9 +198,12 @@ class Ledger:
         ]
         return [_boundary_from_json(json.loads(self.store.read(k) or b"")) for k in sorted(keys)]
 
-    def put_boundary(self, b: Boundary) -> Boundary:
-        """Store `b` unless a boundary for that time exists; return the stored one."""
+    def put_boundary(self, b: Boundary, lease: PlanningLease | None = None) -> Boundary:
+        """Store `b` unless a boundary for that time exists; return the stored one. A new
+        boundary is stored under the planning `lease` (`PlanningLease.intend`)."""
         self._by_day()
+        if lease is not None:
+            lease.intend(_dump(_boundary_to_json(b)))
         self.store.create(self._marker("boundaries", stamp(b.at)), b"")
         self.store.create(self._boundary_key(b.at), _dump(_boundary_to_json(b)))
         stored = self.boundary(b.at)
@@ -277,35 +278,15 @@ class Ledger:
         self._laid_out = True
 
     # -- one planner resolves new boundaries at a time ------------------------
-    @contextmanager
-    def planning(self, lease: timedelta = timedelta(seconds=45)) -> Iterator[None]:
-        """Hold the ledger's planning lease while new boundaries are resolved and stored.
+    def planning(
+        self, lease: timedelta = timedelta(seconds=45)
+    ) -> AbstractContextManager[PlanningLease]:
+        """Hold the ledger's planning lease while new boundaries are resolved and stored
+        (`slicewise.lease`: a planner whose lease was taken over stores none)."""
+        return planning_lease(self.store, self._put_intended, lease)
 
-        Two planners resolving non-adjacent new boundaries between the same neighbours
-        see neither's answer; with LSOs read at different moments they could store a
-        pair that contradicts (the later boundary below the earlier), and every plan
-        of the two intervals would then fail. The lease is an object created only if
-        absent (the conditional put every boundary relies on); a planner that died
-        holding it leaves it to expire after `lease`, then the next one takes it over.
-        """
-        owner = uuid.uuid4().hex
-        while True:
-            now = datetime.now(timezone.utc)
-            payload = {"owner": owner, "expires_at": (now + lease).isoformat()}
-            if self.store.create(LEASE, _dump(payload)):
-                break
-            held = self._read(LEASE)
-            if held is not None and datetime.fromisoformat(held["expires_at"]) < now:
-                log.warning("planning lease of %s expired; taking it over", held["owner"])
-                self.store.delete(LEASE)
-                continue
-            time.sleep(0.2)
-        try:
-            yield
-        finally:
-            held = self._read(LEASE)
-            if held is not None and held["owner"] == owner:
-                self.store.delete(LEASE)
+    def _put_intended(self, boundary: bytes) -> None:
+        self.put_boundary(_boundary_from_json(json.loads(boundary)))
 
     # -- epochs: one per log the topic's offsets counted in -------------------
     def epochs(self) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.holds import overdue, track
 from slicewise.kafka.offsets import TopicOffsets
+from slicewise.lease import PlanningLease
 from slicewise.ledger import Ledger
 from slicewise.slices import (
     Boundary,
@@ -41,9 +42,14 @@ class IntervalNotClosed(OperationalError):
 
 
 def resolve_boundary(
-    ledger: Ledger, offsets: TopicOffsets, at: datetime, accept_reset: bool = False
+    ledger: Ledger,
+    offsets: TopicOffsets,
+    at: datetime,
+    accept_reset: bool = False,
+    lease: PlanningLease | None = None,
 ) -> Boundary:
-    """Return the stored boundary for `at`, resolving and storing it if it is new."""
+    """Return the stored boundary for `at`, resolving and storing it (under the planning
+    `lease`) if it is new."""
     stored = ledger.boundary(at)
     if stored is not None:
         return stored
@@ -63,7 +69,7 @@ def resolve_boundary(
         for p in lso
     }
     boundary = Boundary(ledger.topic, at, resolved, datetime.now(timezone.utc), topic_id, epoch)
-    winner = ledger.put_boundary(boundary)
+    winner = ledger.put_boundary(boundary, lease)
     log.info("boundary %s: %s (LSO %s)", at.isoformat(), dict(winner.offsets), dict(lso))
     return winner
 
@@ -221,9 +227,9 @@ def plan_slice(
     lower, upper = ledger.boundary(start), ledger.boundary(end)
     if lower is None or upper is None:
         refuse_compacted(settings, offsets)
-        with ledger.planning():  # new boundaries: one planner at a time
-            lower = resolve_boundary(ledger, offsets, start, accept_topic_reset)
-            upper = resolve_boundary(ledger, offsets, end, accept_topic_reset)
+        with ledger.planning() as lease:  # new boundaries: one planner at a time
+            lower = resolve_boundary(ledger, offsets, start, accept_topic_reset, lease)
+            upper = resolve_boundary(ledger, offsets, end, accept_topic_reset, lease)
     # Neighbouring boundaries must form valid slices; only the pairs around the two
     # just resolved can have changed, so only their neighbours are read, not the history.
     for b in (lower, upper):

@@ -3,8 +3,8 @@
 The ledger's guarantees need two operations of any store: `create`, which
 writes a name only if it does not exist yet (so the first boundary written for
 a time wins and is never rewritten), and `replace`, which swaps a whole object
-at once (the latest outcome of a step); `delete` only releases the planning
-lease. A local folder does the first with a
+at once (the latest outcome of a step); `delete` only forgets planning leases
+expired long ago. A local folder does the first with a
 hard link and the second with a rename, both fsynced. S3, GCS and Azure do the
 first with a conditional put (`If-None-Match: *`) and the second with a plain
 put, through obstore; S3-compatible servers must honour the condition atomically

@@ -1,0 +1,131 @@
+"""The planning lease on a real folder: one holder at a time, and a holder whose lease
+was taken over stores no boundary (`slicewise.lease`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import slicewise.lease as lease_module
+from slicewise.lease import LeaseLost, generations
+from slicewise.ledger import Ledger
+from slicewise.slices import Boundary
+
+T0 = datetime(2026, 11, 20, tzinfo=timezone.utc)
+SHORT = timedelta(seconds=0.3)
+
+
+def boundary(h: int, offset: int) -> Boundary:
+    return Boundary("t", T0 + timedelta(hours=h), {0: offset}, T0)
+
+
+def test_planners_hold_the_lease_one_at_a_time(tmp_path) -> None:
+    ledger = Ledger(str(tmp_path), "t")
+    inside, most = [0], [0]
+    guard = threading.Lock()
+
+    def plan(i: int) -> None:
+        for _ in range(5):
+            with ledger.planning():
+                with guard:
+                    inside[0] += 1
+                    most[0] = max(most[0], inside[0])
+                time.sleep(0.01)
+                with guard:
+                    inside[0] -= 1
+
+    threads = [threading.Thread(target=plan, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert most[0] == 1
+    assert generations(ledger.store)[-1] == 20  # each holding a generation of its own
+
+
+def test_a_released_lease_is_taken_at_once(tmp_path) -> None:
+    ledger = Ledger(str(tmp_path), "t")
+    with ledger.planning(lease=timedelta(hours=1)):
+        pass
+    started = time.monotonic()
+    with ledger.planning():
+        pass
+    assert time.monotonic() - started < 1
+
+
+def test_a_holder_whose_lease_was_taken_over_stores_nothing(tmp_path) -> None:
+    """A holds the lease, stores hour 0, stalls past its lease; B takes over and stores
+    hour 1. A, awake, must not store hour 2 below hour 1: its intent was voided."""
+    ledger = Ledger(str(tmp_path), "t")
+    with ledger.planning(lease=SHORT) as a:
+        ledger.put_boundary(boundary(0, 5), a)
+        time.sleep(SHORT.total_seconds() + 0.1)
+        with ledger.planning() as b:
+            ledger.put_boundary(boundary(1, 10), b)
+        with pytest.raises(LeaseLost, match="plan again"):
+            ledger.put_boundary(boundary(2, 7), a)
+    assert [x.offsets[0] for x in ledger.boundaries()] == [5, 10]
+
+
+def test_a_holder_is_fenced_even_before_anyone_takes_over(tmp_path) -> None:
+    """Past its lease by its own clock, a holder stores nothing, taken over or not."""
+    ledger = Ledger(str(tmp_path), "t")
+    with ledger.planning(lease=SHORT) as a:
+        time.sleep(SHORT.total_seconds() + 0.05)
+        with pytest.raises(LeaseLost):
+            ledger.put_boundary(boundary(0, 5), a)
+    assert ledger.boundaries() == []
+
+
+def test_what_an_expired_holder_intended_is_stored_before_the_next_plans(
+    tmp_path, monkeypatch
+) -> None:
+    """A claims hour 0 (its intent written) and dies before storing it; the planner
+    taking over stores it first, so nothing A may still store contradicts what the
+    next holder resolves."""
+    ledger = Ledger(str(tmp_path), "t")
+
+    def dies(key: str, data: bytes) -> bool:
+        if key.startswith("boundaries/"):
+            raise SystemExit("killed")
+        return real(key, data)
+
+    real = ledger.store.create
+    with pytest.raises(SystemExit):
+        with ledger.planning(lease=SHORT) as a:
+            monkeypatch.setattr(ledger.store, "create", dies)
+            ledger.put_boundary(boundary(0, 5), a)
+    monkeypatch.setattr(ledger.store, "create", real)
+    assert ledger.boundary(T0) is None
+    released = lease_module._read(ledger.store, lease_module._lease_key(1))
+    assert released["released"]  # the context exited: a clean release, nothing to void
+    # A holder that died without releasing: its intent is completed on takeover.
+    with pytest.raises(SystemExit):
+        with ledger.planning(lease=SHORT) as a:
+            monkeypatch.setattr(ledger.store, "create", dies)
+            monkeypatch.setattr(ledger.store, "replace", lambda *_: None)  # no release
+            ledger.put_boundary(boundary(0, 6), a)
+    monkeypatch.undo()
+    time.sleep(SHORT.total_seconds() + 0.05)
+    with ledger.planning():
+        assert ledger.boundary(T0).offsets == {0: 6}
+
+
+def test_leases_expired_long_ago_are_forgotten(tmp_path, monkeypatch) -> None:
+    ledger = Ledger(str(tmp_path), "t")
+    for h in range(3):
+        with ledger.planning() as held:
+            ledger.put_boundary(boundary(h, h), held)
+    assert generations(ledger.store) == [1, 2, 3]
+    monkeypatch.setattr(lease_module, "FORGET_AFTER", timedelta(seconds=-60))
+    with ledger.planning():
+        pass
+    assert generations(ledger.store) == [3, 4]
+    assert ledger.store.keys("planning") == [
+        "planning/000000000003.000000.intent",
+        "planning/000000000003.json",
+        "planning/000000000004.json",
+    ]
