@@ -36,6 +36,8 @@ SCENARIOS = {
     "failed-gate": "a failed gate holds the next slice's publication",
     "racing-copy": "a copy of a key stored between silver's probe and its MERGE",
     "worker-killed": "Celery worker's host killed mid-ingest, retried on a new worker",
+    "retried-merge": "a MERGE killed before its record, retried; the next slice's publication refused",
+    "shared-topic": "two pipelines on one topic, one ledger root: the strict one's gate holds",
 }
 
 # Code whose change makes earlier runs evidence about other code.

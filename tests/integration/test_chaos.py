@@ -54,8 +54,9 @@ from slicewise_dev.airflow_env import VENV_BIN, airflow_env
 from slicewise_dev.airflow_services import AirflowServices, Celery
 from slicewise_dev.broker import LocalBroker, free_ports, running_broker
 from slicewise_dev.netns import Hosts
+from slicewise_dev.producer import Record, TxProducer, event_value
 from slicewise_dev.redis import LocalRedis
-from slicewise_dev.source import Faults, Manifest, produce
+from slicewise_dev.source import TYPES, Faults, Manifest, produce
 
 pytestmark = pytest.mark.integration
 
@@ -313,7 +314,11 @@ MIXED = "mixed"
 FAILED_GATE = "failed-gate"  # a slice's gate fails while the next one arrives (mixed strikes)
 RACING_COPY = "racing-copy"  # a writer stores a copy of a key between silver's probe and MERGE
 WORKER_KILLED = "worker-killed"  # through Airflow: a CeleryExecutor worker on another host
-assert set(SCENARIOS) == {*STRIKES, MIXED, FAILED_GATE, RACING_COPY, WORKER_KILLED}
+RETRIED_MERGE = "retried-merge"  # a MERGE killed before its record, a failing gate, a publication
+SHARED_TOPIC = "shared-topic"  # two pipelines on one topic under one SLICEWISE_LEDGER_DIR
+assert set(SCENARIOS) == {
+    *STRIKES, MIXED, FAILED_GATE, RACING_COPY, WORKER_KILLED, RETRIED_MERGE, SHARED_TOPIC
+}  # fmt: skip
 
 
 def chosen_scenarios() -> list[str]:
@@ -455,6 +460,144 @@ def held_back(
     return a, b
 
 
+def any_strike(sl: Slice, step: str, rng: random.Random) -> int:
+    """The step under a random kind of chaos (the mixed scenario's strike)."""
+    return STRIKES[rng.choice(list(STRIKES))](sl, step, rng)
+
+
+REFUNDS = 5  # events of a type the strict pipelines' expectation refuses
+
+
+def refunds_definition(path: Path, topic: str, strict: dict[str, bool]) -> None:
+    """A definition file with the events pipeline under each name of `strict`, on `topic`;
+    a strict one expects every event type to be one the source sends (refunds fail)."""
+    events = yaml.safe_load((REPO_ROOT / "pipelines.yaml").read_text())["pipelines"]["events"]
+    expect = {"expect_column_values_to_be_in_set": {"column": "event_type", "value_set": TYPES}}
+    pipelines = {
+        name: {**events, "topic": topic, **({"expectations": [expect]} if on else {})}
+        for name, on in strict.items()
+    }
+    path.write_text(yaml.safe_dump({"pipelines": pipelines}, sort_keys=False))
+
+
+def produce_with_refunds(settings: Settings, start: datetime, hours: int, seed: int) -> Manifest:
+    """`hours` hours of the faulty stream from `start`, the first with REFUNDS refunds sent
+    after its other records and before the next hour's, so its slice holds them."""
+    manifest = Manifest(settings.topic)
+    for k in range(hours):
+        part = produce(
+            settings, start + timedelta(hours=k), intervals=1, events=300, faults=FAULTS,
+            seed=seed + k, id_prefix=f"h{k}-",
+        )  # fmt: skip
+        manifest.committed_valid |= part.committed_valid
+        manifest.malformed |= part.malformed
+        if k == 0:
+            at = [start + timedelta(minutes=30 + i) for i in range(REFUNDS)]
+            refunds = [
+                Record(event_value(f"refund-{i}", t, event_type="refund"), i % 3, t)
+                for i, t in enumerate(at)
+            ]
+            conf = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka_props}
+            TxProducer(conf, settings.topic, f"refunds-{uuid.uuid4().hex}").send(refunds)
+            manifest.committed_valid |= {f"refund-{i}" for i in range(REFUNDS)}
+    return manifest
+
+
+def last_log(sl: Slice, step: str) -> str:
+    return sorted(sl.logs.glob(f"*-{step}.log"))[-1].read_text()
+
+
+def retried_merge(
+    spark,
+    settings: Settings,
+    broker: LocalBroker,
+    server: SparkConnectServer,
+    start: datetime,
+    logs: Path,
+    env: dict[str, str],
+    rng: random.Random,
+    row: Row,
+) -> tuple[Slice, Slice]:
+    """A retried ingest under chaos (issue 66, finding 1). A's hour holds refunds its
+    pipeline's expectation refuses. A's ingest is killed between its MERGE and its record
+    (`silver.merged`); B, the next hour, is ingested and passes its gate; A's ingest runs
+    again (its MERGE already committed). B's publication runs beside A's gate, which
+    fails: B's must be refused, and gold and the consumer group hold nothing. On-call
+    then corrects the expectation (refunds are events too), A's gate passes and both
+    publish. Every other step is struck, a random kind each."""
+    a, b = (
+        Slice(settings, broker, server, start + timedelta(hours=h), logs / name)
+        for h, name in ((0, "a"), (1, "b"))
+    )
+    for sl in (a, b):
+        sl.logs.mkdir()
+        sl.env.update(env)
+    for sl in (a, b):
+        row.struck += any_strike(sl, "plan", rng)
+    merged = {"SLICEWISE_FAULTS": "silver.merged", "SLICEWISE_FAULT_ACTION": "kill"}
+    assert a.launch("ingest", merged).wait(timeout=900) == KILLED, last_log(a, "ingest")
+    row.struck += 1
+    for step in ("ingest", "gate"):
+        row.struck += any_strike(b, step, rng)
+    row.struck += any_strike(a, "ingest", rng)  # the retry: its MERGE is in silver
+    publishing = b.launch("publish")
+    assert a.launch("gate").wait(timeout=900) == 1, "the gate passed the refunds"
+    assert "expect_column_values_to_be_in_set" in last_log(a, "gate")
+    assert publishing.wait(timeout=900) == 1, "B published past A's failed gate"
+    assert f"{a.slice_id} failed the gate" in last_log(b, "publish")
+    ledger = a.ledger()
+    assert ledger.step(b.slice_id, "publish") is None
+    assert not any(ledger.step(s, "acknowledge") for s in (a.slice_id, b.slice_id))
+    assert not table_exists(spark, settings.table("gold_events_per_hour")), "gold was written"
+    refunds_definition(Path(env["SLICEWISE_PIPELINES_FILE"]), settings.topic, {"events": False})
+    a.retry_until_done("gate")
+    for sl in (b, a):
+        row.struck += any_strike(sl, "publish", rng)
+    return a, b
+
+
+def shared_topic(
+    spark,
+    broker: LocalBroker,
+    server: SparkConnectServer,
+    start: datetime,
+    logs: Path,
+    env: dict[str, str],
+    rng: random.Random,
+    row: Row,
+) -> Slice:
+    """Two pipelines on one topic under one SLICEWISE_LEDGER_DIR, under chaos (issue 66,
+    finding 2): `loose` has no expectations, `strict` refuses the hour's refunds. Both
+    plan and ingest, then each gate runs (strict's fails, loose's passes), each a random
+    strike a step; strict's publication is refused and loose's publishes. Each ledger is
+    its own, and strict's gold and consumer group hold nothing. Returns loose's slice,
+    for the oracle."""
+    made = {}
+    for name in ("loose", "strict"):
+        settings = load_settings({**os.environ, **env, "SLICEWISE_PIPELINE": name})
+        sl = Slice(settings, broker, server, start, logs / name)
+        sl.logs.mkdir()
+        sl.env.update({**env, "SLICEWISE_PIPELINE": name})
+        made[name] = sl
+    loose, strict = made["loose"], made["strict"]
+    for step in ("plan", "ingest"):
+        for sl in (loose, strict):
+            row.struck += any_strike(sl, step, rng)
+    assert strict.launch("gate").wait(timeout=900) == 1, "strict's gate passed the refunds"
+    row.struck += any_strike(loose, "gate", rng)
+    assert strict.launch("publish").wait(timeout=900) == 1, "strict published its refunds"
+    assert "the gate has not passed" in last_log(strict, "publish")
+    row.struck += any_strike(loose, "publish", rng)
+    assert loose.settings.ledger_dir != strict.settings.ledger_dir
+    ledger = strict.ledger()
+    assert ledger.step(strict.slice_id, "gate")["success"] is False
+    assert loose.ledger().step(loose.slice_id, "gate")["success"]
+    assert ledger.step(strict.slice_id, "publish") is None
+    assert ledger.step(strict.slice_id, "acknowledge") is None
+    assert not table_exists(spark, strict.settings.table("gold_events_per_hour"))
+    return loose
+
+
 def racing_copy(spark, sl: Slice, rng: random.Random, row: Row) -> None:
     """Silver's insert-only MERGE against a racer. The first `ingest` stops between its
     probe of silver (nothing beaten) and its MERGE (`silver.probed`, the `wait` action);
@@ -530,6 +673,7 @@ MEAN_SECONDS = {
     FAILED_GATE: 330, "maintenance": 301, "server-restart": 230, WORKER_KILLED: 190,
     "zombie": 135, "boundary": 113, MIXED: 95, RACING_COPY: 93, "mid-step": 84,
     "broker-restart": 83, "orphan": 79, "two-clients": 72, "client-killed": 70,
+    RETRIED_MERGE: 330, SHARED_TOPIC: 200,  # guesses until their runs are recorded
 }  # fmt: skip
 assert set(MEAN_SECONDS) == set(SCENARIOS)
 
@@ -629,19 +773,35 @@ def strike_run(
     if scenario == "maintenance":
         env.update(maintained_backfill(state))
         ago, hours = timedelta(days=2), 2
-    if scenario == FAILED_GATE:
+    if scenario in (FAILED_GATE, RETRIED_MERGE):
         ago, hours = timedelta(hours=4), 2
+    refunds = scenario in (RETRIED_MERGE, SHARED_TOPIC)
+    if refunds:  # the topic named in the definition (two pipelines read it in one)
+        state.mkdir(parents=True, exist_ok=True)
+        env["SLICEWISE_PIPELINES_FILE"] = str(state / "pipelines.yaml")
+        strict = {"loose": False, "strict": True} if scenario == SHARED_TOPIC else {"events": True}
+        refunds_definition(state / "pipelines.yaml", env.pop("SLICEWISE_TOPIC"), strict)
+    if scenario == SHARED_TOPIC:
+        env["SLICEWISE_LEDGER_DIR"] = str(state / "ledgers")
     settings = load_settings({**os.environ, **env})
     start = (datetime.now(timezone.utc) - ago).replace(minute=0, second=0, microsecond=0)
-    manifest = produce(
-        settings, start, intervals=hours, events=300 * hours, faults=FAULTS, seed=seed
-    )
+    if refunds:
+        manifest = produce_with_refunds(settings, start, hours, seed)
+    else:
+        manifest = produce(
+            settings, start, intervals=hours, events=300 * hours, faults=FAULTS, seed=seed
+        )
     logs = state / "logs"
     logs.mkdir(parents=True)
-    if scenario == FAILED_GATE:
-        a, b = held_back(spark, settings, chaos_broker, chaos_server, start, logs, env, rng, row)
+    if scenario in (FAILED_GATE, RETRIED_MERGE):
+        held = held_back if scenario == FAILED_GATE else retried_merge
+        a, b = held(spark, settings, chaos_broker, chaos_server, start, logs, env, rng, row)
         assert a.ledger().step(a.slice_id, "gate")["success"]
         compare_with_oracle(spark, b, manifest, row)  # silver, quarantine and gold: both hours
+        return
+    if scenario == SHARED_TOPIC:
+        loose = shared_topic(spark, chaos_broker, chaos_server, start, logs, env, rng, row)
+        compare_with_oracle(spark, loose, manifest, row)
         return
     if hours == 2:
         # The hour before, unstruck, then maintenance: silver's date holds that hour's
