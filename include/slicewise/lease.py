@@ -17,9 +17,11 @@ create-if-absent:
   next intent itself, as void. So the old holder, stalled past its lease and woken,
   fails to create that intent and stores nothing (`LeaseLost`): every boundary it
   stores is stored before the new holder resolves any.
-* A holder also refuses an intent once its lease has expired by its own clock, so a
-  generation forgotten an hour after its expiry (`FORGET_AFTER`) can only be written
-  by a planner stalled that long between reading the clock and one create.
+* A holder also refuses an intent once its lease has expired by its own clock. A
+  released generation is deleted by the next holder; one taken over is kept an hour
+  past its expiry (`FORGET_AFTER`), so only a planner stalled that long between
+  reading the clock and one create could write past its void. The folder holds a
+  handful of objects, however many plans ran.
 """
 
 from __future__ import annotations
@@ -132,15 +134,21 @@ def _void(store: Store, generation: int, complete: Callable[[bytes], None]) -> N
 
 
 def _forget(store: Store, kept: list[int], now: datetime) -> None:
-    """Delete the generations (and their intents) that expired over `FORGET_AFTER` ago."""
-    for generation in kept[:-1]:
+    """Delete the generations below the one just taken that were released (their holder
+    stores nothing more), and those that expired over `FORGET_AFTER` ago (voided: the
+    void is kept that long against a holder stalled past its lease)."""
+    for generation in kept:
         held = _read(store, _lease_key(generation))
-        if held is not None and datetime.fromisoformat(held["expires_at"]) > now - FORGET_AFTER:
-            return
-        for key in store.keys(FOLDER, after=f"{FOLDER}/{generation:012d}", limit=64):
-            if not key.startswith(f"{FOLDER}/{generation:012d}."):
+        if held is None:
+            continue
+        if not held.get("released"):
+            if datetime.fromisoformat(held["expires_at"]) > now - FORGET_AFTER:
+                continue
+        prefix = f"{FOLDER}/{generation:012d}."
+        for key in store.keys(FOLDER, after=prefix, limit=64):
+            if not key.startswith(prefix):
                 break
-            if not key.endswith(".json"):
+            if key.endswith(".intent"):
                 store.delete(key)
         store.delete(_lease_key(generation))
 

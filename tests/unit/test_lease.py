@@ -114,18 +114,19 @@ def test_what_an_expired_holder_intended_is_stored_before_the_next_plans(
         assert ledger.boundary(T0).offsets == {0: 6}
 
 
-def test_leases_expired_long_ago_are_forgotten(tmp_path, monkeypatch) -> None:
+def test_released_leases_are_forgotten_and_taken_over_ones_kept_an_hour(
+    tmp_path, monkeypatch
+) -> None:
     ledger = Ledger(str(tmp_path), "t")
     for h in range(3):
         with ledger.planning() as held:
             ledger.put_boundary(boundary(h, h), held)
-    assert generations(ledger.store) == [1, 2, 3]
+    assert generations(ledger.store) == [3]  # each holder forgot the released one below
+    with ledger.planning(lease=SHORT), ledger.planning():  # taken over once expired
+        pass
+    assert generations(ledger.store) == [4, 5]
+    assert "planning/000000000004.000000.intent" in ledger.store.keys("planning")  # the void
     monkeypatch.setattr(lease_module, "FORGET_AFTER", timedelta(seconds=-60))
     with ledger.planning():
         pass
-    assert generations(ledger.store) == [3, 4]
-    assert ledger.store.keys("planning") == [
-        "planning/000000000003.000000.intent",
-        "planning/000000000003.json",
-        "planning/000000000004.json",
-    ]
+    assert ledger.store.keys("planning") == ["planning/000000000006.json"]
