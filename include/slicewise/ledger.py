@@ -83,6 +83,7 @@ def _boundary_to_json(b: Boundary) -> dict[str, Any]:
         "resolved_at": (b.resolved_at or datetime.now(timezone.utc)).isoformat(),
         "topic_id": b.topic_id,
         "epoch": b.epoch,
+        "below": {str(p): list(r) for p, r in sorted(b.below.items())},
     }
 
 
@@ -94,6 +95,7 @@ def _boundary_from_json(d: dict[str, Any]) -> Boundary:
         resolved_at=datetime.fromisoformat(d["resolved_at"]),
         topic_id=d.get("topic_id"),
         epoch=int(d.get("epoch", 0)),
+        below={int(p): (int(r[0]), int(r[1])) for p, r in d.get("below", {}).items()},
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 from slicewise.config import Settings
@@ -22,6 +23,7 @@ from slicewise.slices import (
     find_loss_before_planning,
     offsets_went_back,
     resolve_offset,
+    rewritten_below,
     slice_between,
     utc,
 )
@@ -56,7 +58,14 @@ def resolve_boundary(
     before, after = ledger.neighbours(at)
     by_time, lso = offsets.snapshot(at)
     topic_id = offsets.topic_id()
-    epoch = log_epoch(ledger, at, before, after, topic_id, lso, accept_reset)
+
+    def rewritten(n: Boundary) -> list[str]:  # KIP-320: the records below it, read again
+        if not n.below:
+            return []
+        now = offsets.last_records_below({p: n.offset(p) for p in n.below})
+        return rewritten_below(n, now, offsets.earliest(sorted(n.below)))
+
+    epoch = log_epoch(ledger, at, before, after, topic_id, lso, accept_reset, rewritten)
     resolved = {
         p: resolve_offset(
             by_time.get(p),
@@ -68,7 +77,9 @@ def resolve_boundary(
         )
         for p in lso
     }
-    boundary = Boundary(ledger.topic, at, resolved, datetime.now(timezone.utc), topic_id, epoch)
+    below = {p: r for p, r in offsets.last_records_below(resolved).items() if r is not None}
+    now = datetime.now(timezone.utc)
+    boundary = Boundary(ledger.topic, at, resolved, now, topic_id, epoch, below)
     winner = ledger.put_boundary(boundary, lease)
     log.info("boundary %s: %s (LSO %s)", at.isoformat(), dict(winner.offsets), dict(lso))
     return winner
@@ -82,10 +93,11 @@ def log_epoch(
     topic_id: str | None,
     lso: dict[int, int],
     accept_reset: bool,
+    rewritten: Callable[[Boundary], list[str]] = lambda _: [],
 ) -> int:
     """The epoch a new boundary at `at` is resolved in: the ledger's current one, unless
     the topic contradicts the neighbours resolved in it (a new topic id, an LSO below a
-    stored offset). Then planning stops, naming what changed, until an operator accepts
+    stored offset, the log below one `rewritten`). Then planning stops, naming what changed, until an operator accepts
     the reset; the acceptance starts the next epoch, recorded in the ledger, whose
     boundaries count from the new log's start."""
     epoch = ledger.current_epoch()
@@ -99,7 +111,7 @@ def log_epoch(
         change
         for n in (before, after)
         if n is not None and n.epoch == epoch
-        for change in offsets_went_back(n, topic_id, lso)
+        for change in offsets_went_back(n, topic_id, lso) or rewritten(n)
     ]
     if not changes:
         return epoch

@@ -60,6 +60,10 @@ class Boundary:
     resolved_at: datetime | None = None
     topic_id: str | None = None  # None: resolved before slicewise recorded topic ids
     epoch: int = 0
+    # Per partition, the last record below the offset and the leader epoch it was written
+    # in (KIP-320): the same position holding another epoch later means the log there
+    # was truncated and refilled. Empty: resolved before slicewise recorded them.
+    below: Mapping[int, tuple[int, int]] = field(default_factory=dict)
 
     def offset(self, partition: int) -> int:
         return self.offsets.get(partition, 0)
@@ -110,6 +114,27 @@ def offsets_went_back(stored: Boundary, topic_id: str | None, lso: Offsets) -> l
             found.append(f"partition {p} no longer exists (the stored offset is {o})")
         elif p in lso and lso[p] < o:
             found.append(f"partition {p} ends at {lso[p]}, below the stored {o}")
+    return found
+
+
+def rewritten_below(
+    stored: Boundary, now: Mapping[int, tuple[int, int] | None], log_start: Offsets
+) -> list[str]:
+    """How the log below a stored boundary was rewritten: a partition whose last record
+    below the offset is now another one (another position, or the same position written
+    in another leader epoch), as after an unclean leader election whose new leader's
+    log was refilled past the boundary. A record that retention deleted since (below
+    the log start) proves nothing; truncation not refilled yet is `offsets_went_back`'s."""
+    found = []
+    for p, (offset, leader_epoch) in sorted(stored.below.items()):
+        current = now.get(p)
+        if current is None or offset < log_start.get(p, 0) or current == (offset, leader_epoch):
+            continue
+        found.append(
+            f"partition {p}: the last record below the stored {stored.offset(p)} was offset "
+            f"{offset} of leader epoch {leader_epoch}, it is now offset {current[0]} of leader "
+            f"epoch {current[1]} (the log was truncated and written again)"
+        )
     return found
 
 

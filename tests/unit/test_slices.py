@@ -12,6 +12,7 @@ from slicewise.slices import (
     find_data_loss,
     find_loss_before_planning,
     resolve_offset,
+    rewritten_below,
     slice_between,
 )
 
@@ -98,3 +99,29 @@ def test_loss_before_planning_needs_deleted_offsets_and_a_retained_record_after_
     message = str(DataLossError.before_planning("events", T0, T0 + timedelta(hours=1), losses))
     assert "partition 0: offsets [10, 15) are gone (5 offsets)" in message
     assert "Nothing was frozen" in message and "slicewise plan" in message
+
+
+def test_a_log_rewritten_below_a_boundary_is_found_by_leader_epoch():
+    """KIP-320: the last record below each offset, and its leader epoch, as stored; read
+    again after an unclean election whose new leader's log was refilled past it."""
+    stored = Boundary("events", T0, {0: 10, 1: 20, 2: 30}, below={0: (8, 0), 1: (19, 0), 2: (5, 1)})
+    same = {0: (8, 0), 1: (19, 0), 2: (5, 1)}
+    assert rewritten_below(stored, same, {}) == []
+    refilled = {0: (8, 0), 1: (19, 2), 2: (5, 1)}  # offset 19 of partition 1 is another record
+    [change] = rewritten_below(stored, refilled, {})
+    assert "partition 1" in change and "leader epoch 0" in change and "epoch 2" in change
+    moved = {0: (9, 2), 1: (19, 0), 2: (5, 1)}  # a record where only markers were
+    assert "partition 0" in rewritten_below(stored, moved, {})[0]
+    # Nothing read (no record in the window now), or deleted by retention: no evidence.
+    assert rewritten_below(stored, {0: None, 1: None}, {}) == []
+    assert rewritten_below(stored, {**same, 2: (7, 3)}, {2: 6}) == []
+
+
+def test_a_boundary_keeps_the_records_below_it_in_the_ledger(tmp_path):
+    from slicewise.ledger import Ledger
+
+    ledger = Ledger(str(tmp_path), "events")
+    ledger.put_boundary(Boundary("events", T0, {0: 10, 1: 0}, T0, below={0: (9, 3)}))
+    assert ledger.boundary(T0).below == {0: (9, 3)}
+    before_kip320 = Boundary("events", T0 + timedelta(hours=1), {0: 12}, T0)
+    assert ledger.put_boundary(before_kip320).below == {}

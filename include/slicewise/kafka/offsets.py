@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from confluent_kafka import (
@@ -16,6 +16,7 @@ from confluent_kafka import (
     IsolationLevel,
     KafkaError,
     KafkaException,
+    Message,
     TopicCollection,
     TopicPartition,
 )
@@ -158,17 +159,60 @@ class TopicOffsets:
         on a real record. None when no record before `stop` qualifies.
         """
         target = int(at.timestamp() * 1000)
-        todo = {p: o for p, o in start.items() if o < stop[p]}
         found: dict[int, int | None] = {p: None for p in start}
+
+        def take(msg: Message) -> bool:
+            p = msg.partition()
+            if msg.offset() >= stop[p]:
+                return True
+            if msg.timestamp()[1] >= target:
+                found[p] = msg.offset()
+                return True
+            return False
+
+        todo = {p: o for p, o in start.items() if o < stop[p]}
+        self._scan(todo, "read_committed", take, f"for {at.isoformat()}")
+        return found
+
+    # Transaction markers take an offset each and are never delivered: the last record
+    # below an offset lies within this many of it (a marker per transaction that ended
+    # there with no record after it).
+    BELOW_WINDOW = 16
+
+    def last_records_below(self, ends: Mapping[int, int]) -> dict[int, tuple[int, int] | None]:
+        """Per partition, the last record below `ends[p]` (within `BELOW_WINDOW`; aborted
+        records too, they keep their offsets) and the leader epoch it was written in
+        (KIP-320); None where there is none or the broker gives no epoch."""
+        found: dict[int, tuple[int, int] | None] = {p: None for p in ends}
+
+        def take(msg: Message) -> bool:
+            p = msg.partition()
+            if msg.offset() >= ends[p]:
+                return True
+            epoch = msg.leader_epoch()
+            found[p] = None if epoch is None else (msg.offset(), epoch)
+            return msg.offset() == ends[p] - 1
+
+        start = {p: max(0, o - self.BELOW_WINDOW) for p, o in ends.items() if o > 0}
+        self._scan(start, "read_uncommitted", take, "for the records below its boundaries")
+        return found
+
+    def _scan(
+        self, start: Mapping[int, int], isolation: str, take: Callable[[Message], bool], what: str
+    ) -> None:
+        """Read each partition from `start[p]` until `take` says it is done with it, or
+        its end (`auto.offset.reset` earliest: from the log start if `start` lies below)."""
+        todo = dict(start)
         if not todo:
-            return found
+            return
         consumer = Consumer(
             {
                 **self._conf,
                 "group.id": "slicewise-boundary-scan",
                 "enable.auto.commit": False,
-                "isolation.level": "read_committed",
+                "isolation.level": isolation,
                 "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
                 # librdkafka stops fetching for this long whenever its queue holds
                 # `queued.min.messages` (100,000): with the 1 s default a scan through a
                 # back-dated slice waited most of its time (2 M records: 8.4 s, 1.6 s here).
@@ -181,9 +225,9 @@ class TopicOffsets:
             while todo:
                 if time.monotonic() > deadline:
                     raise KafkaUnavailable(
-                        f"scanning {self.topic} partitions {sorted(todo)} for "
-                        f"{at.isoformat()} took over {self.timeout}s; check the broker, then "
-                        "retry the task: nothing was written."
+                        f"scanning {self.topic} partitions {sorted(todo)} {what} took over "
+                        f"{self.timeout}s; check the broker, then retry the task: nothing "
+                        "was written."
                     )
                 # A short wait: consume() returns only once it holds 500 messages or the
                 # timeout passes, so a partition's EOF waited a full second at 1.0.
@@ -191,18 +235,12 @@ class TopicOffsets:
                     p = msg.partition()
                     if p not in todo:
                         continue
-                    if msg.error() is not None:  # partition EOF: nothing (more) to read
+                    # An error here is the partition's EOF: nothing (more) to read.
+                    if msg.error() is not None or take(msg):
                         todo.pop(p)
-                    elif msg.offset() >= stop[p]:
-                        todo.pop(p)
-                    elif msg.timestamp()[1] >= target:
-                        found[p] = msg.offset()
-                        todo.pop(p)
-                    if p not in todo:
                         consumer.incremental_unassign([TopicPartition(self.topic, p)])
         finally:
             consumer.close()
-        return found
 
     def snapshot(self, at: datetime) -> tuple[dict[int, int | None], Mapping[int, int]]:
         """Boundary inputs: the first committed record at/after `at`, and the LSOs.
