@@ -17,11 +17,11 @@ create-if-absent:
   next intent itself, as void. So the old holder, stalled past its lease and woken,
   fails to create that intent and stores nothing (`LeaseLost`): every boundary it
   stores is stored before the new holder resolves any.
-* A holder also refuses an intent once its lease has expired by its own clock. A
-  released generation is deleted by the next holder; one taken over is kept an hour
+* A holder also refuses an intent once its lease has expired by its own clock. Past
+  the newest 16, a released generation is deleted; one taken over is kept an hour
   past its expiry (`FORGET_AFTER`), so only a planner stalled that long between
   reading the clock and one create could write past its void. The folder holds a
-  handful of objects, however many plans ran.
+  few dozen objects, however many plans ran.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 FOLDER = "planning"
 VOID = b"void"
 FORGET_AFTER = timedelta(hours=1)
+KEEP = 16  # generations kept whatever their state (`_forget`)
 _GENERATION = re.compile(rf"^{FOLDER}/(\d{{12}})\.json$")
 
 
@@ -134,10 +135,12 @@ def _void(store: Store, generation: int, complete: Callable[[bytes], None]) -> N
 
 
 def _forget(store: Store, kept: list[int], now: datetime) -> None:
-    """Delete the generations below the one just taken that were released (their holder
-    stores nothing more), and those that expired over `FORGET_AFTER` ago (voided: the
-    void is kept that long against a holder stalled past its lease)."""
-    for generation in kept:
+    """Delete the generations below the newest `KEEP` that were released (their holder
+    stores nothing more), or that expired over `FORGET_AFTER` ago (voided: the void is
+    kept that long against a holder stalled past its lease). The newest stay, so a
+    listing that misses the objects created and deleted while it ran still finds one of
+    them, and no planner takes a number taken before."""
+    for generation in kept[:-KEEP]:
         held = _read(store, _lease_key(generation))
         if held is None:
             continue

@@ -105,7 +105,11 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
             )
             commit = tagged_commit(spark, gold_path, attempt)
             if commit is None:
-                raise GoldMovedOn(f"a publication from silver v{version} or newer came first")
+                raise GoldMovedOn(
+                    f"slice {slice_id}: other publications kept committing to gold first "
+                    f"(from silver v{version} or newer); nothing of this one was written. "
+                    "Clear this task: it rebuilds from the newer view."
+                )
             return int(commit.version)
 
         # Two runs publishing at once (a backfill, two at a time) may both create gold, or
@@ -162,9 +166,10 @@ def gold_state(spark: SparkSession, path: str) -> tuple[int, int]:
     return built, max(int(r.version) for r in rows)
 
 
-class GoldMovedOn(Exception):
+class GoldMovedOn(OperationalError):
     """Delta skipped a gold write under the fence: a publication from a newer view of
-    silver (or from the same view over gold as it is now) committed first."""
+    silver (or from the same view over gold as it is now) committed first. Publication
+    rebuilds on its own; this reaches on-call only after every retry lost."""
 
 
 def widened(reach: Reach | None, replay: dict | None) -> Reach | None:

@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
     {"kafka.security", "pipelines"},
     {"config", "schemas"},  # schemas: every table's, in one place
     {"store", "contract"},
+    {"lease"},  # the planning lease, kept in the ledger's store
     {"data_docs"},  # the gate's pages, kept in the lakehouse's store
     {"faults", "spark", "kafka.offsets", "kafka.consumer_group", "ledger", "transforms"},
     {"windows"},  # a slice's reach in silver: what silver merged, the gate and publish read

@@ -114,19 +114,25 @@ def test_what_an_expired_holder_intended_is_stored_before_the_next_plans(
         assert ledger.boundary(T0).offsets == {0: 6}
 
 
-def test_released_leases_are_forgotten_and_taken_over_ones_kept_an_hour(
+def test_old_released_leases_are_forgotten_and_taken_over_ones_kept_an_hour(
     tmp_path, monkeypatch
 ) -> None:
+    monkeypatch.setattr(lease_module, "KEEP", 2)
     ledger = Ledger(str(tmp_path), "t")
-    for h in range(3):
+    for h in range(4):
         with ledger.planning() as held:
             ledger.put_boundary(boundary(h, h), held)
-    assert generations(ledger.store) == [3]  # each holder forgot the released one below
-    with ledger.planning(lease=SHORT), ledger.planning():  # taken over once expired
+    assert generations(ledger.store) == [2, 3, 4]  # the newest two below the holder kept
+    with ledger.planning(lease=SHORT), ledger.planning():  # 5 expires, 6 takes over
         pass
-    assert generations(ledger.store) == [4, 5]
-    assert "planning/000000000004.000000.intent" in ledger.store.keys("planning")  # the void
+    assert generations(ledger.store) == [4, 5, 6]
+    assert "planning/000000000005.000000.intent" in ledger.store.keys("planning")  # the void
     monkeypatch.setattr(lease_module, "FORGET_AFTER", timedelta(seconds=-60))
-    with ledger.planning():
-        pass
-    assert ledger.store.keys("planning") == ["planning/000000000006.json"]
+    for _ in range(3):
+        with ledger.planning():
+            pass
+    assert ledger.store.keys("planning") == [
+        "planning/000000000007.json",
+        "planning/000000000008.json",
+        "planning/000000000009.json",
+    ]
