@@ -111,6 +111,15 @@ class Slice:
                 cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
 
+    def signal(self, proc: subprocess.Popen | Attempt, sig: signal.Signals) -> bool:
+        """Send `sig` to the attempt's process group; False if the attempt had already
+        ended (a forked attempt is reaped at once, so its group is gone, not a zombie)."""
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
     def outlives(self, proc: subprocess.Popen, seconds: float) -> bool:
         """True if `proc` is still running after `seconds` (so chaos can strike)."""
         try:
@@ -163,9 +172,7 @@ def kill_at_boundary(sl: Slice, step: str, rng: random.Random) -> int:
 def kill_mid_step(sl: Slice, step: str, rng: random.Random) -> int:
     """SIGKILL the first attempt at a random moment, often in the middle of a write."""
     first = sl.launch(step)
-    struck = sl.outlives(first, strike_after(rng, step))
-    if struck:
-        os.killpg(first.pid, signal.SIGKILL)
+    struck = sl.outlives(first, strike_after(rng, step)) and sl.signal(first, signal.SIGKILL)
     if first.wait() == 0:
         sl.done(step)
     else:
@@ -177,13 +184,12 @@ def zombie(sl: Slice, step: str, rng: random.Random) -> int:
     """The first attempt freezes (SIGSTOP) at a random moment; its retry runs to the end;
     then the zombie wakes up (SIGCONT) and finishes whatever it was doing."""
     first = sl.launch(step)
-    struck = sl.outlives(first, strike_after(rng, step))
+    struck = sl.outlives(first, strike_after(rng, step)) and sl.signal(first, signal.SIGSTOP)
     if struck:
-        os.killpg(first.pid, signal.SIGSTOP)
         sl.retry_until_done(step)
-        os.killpg(first.pid, signal.SIGCONT)
+        sl.signal(first, signal.SIGCONT)
         first.wait(timeout=900)  # a no-op success or a clean failure: either is fine
-    elif first.returncode == 0:
+    elif first.wait() == 0:  # it ended before the strike
         sl.done(step)
     else:
         sl.retry_until_done(step)
@@ -237,12 +243,11 @@ def client_killed(sl: Slice, step: str, rng: random.Random) -> int:
     once, while the server still runs the dead client's operation to its end (it is
     detached, not cancelled): the retry races the server-side write."""
     first = sl.launch(step)
-    struck = sl.outlives(first, strike_after(rng, step))
+    struck = sl.outlives(first, strike_after(rng, step)) and sl.signal(first, signal.SIGKILL)
     if struck:
-        os.killpg(first.pid, signal.SIGKILL)
         first.wait()
         sl.retry_until_done(step)
-    elif first.returncode == 0:
+    elif first.wait() == 0:  # it ended before the strike
         sl.done(step)
     else:
         sl.retry_until_done(step)
