@@ -1,0 +1,178 @@
+"""What the far-date lookup costs against the size of the history, per key layout.
+
+    .venv/bin/python bench/key_lookup.py --keys 1000000 10000000 100000000
+
+For each history size N it writes a synthetic `slice_ids` of N random keys (md5 strings,
+as UUID-like keys spread over the whole key space; a year of event dates; 1,200 keys a
+slice) in two layouts, then times one slice's lookup of 1,200 keys (10 of them already
+recorded at another date) in each, median of `--repeat`:
+
+- `scan`: today's layout and query (`windows.far_dates`): the table bin-packed, the
+  slice's keys joined left-semi against all of it.
+- `sorted`: the keys sorted across files (range-partitioned), small row groups and
+  pages, and the slice's keys pushed down as point predicates (an IN list Spark turns
+  into an OR of equalities below `spark.sql.parquet.pushdown.inFilterThreshold`), so
+  Parquet's row-group statistics and column index keep only the pages that may hold
+  one of them.
+
+Both must find the same dates. Prints a table and writes bench/results/key-lookup.json.
+A probe for issue 67's choice of structure, not a workload of `make bench`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from pyspark.sql import functions as F
+
+from slicewise.connect_server import SparkConnectServer, warm_up
+from slicewise.home import REPO_ROOT
+from slicewise.spark import remote_session
+from slicewise_dev.broker import free_ports
+
+SLICE = 1200
+KNOWN = 10  # keys of the slice another slice already recorded (at another date)
+WINDOW = ("2025-06-01", "2025-06-05")  # the slice's own dates, widened by the horizon
+SORTED_WRITE = {  # Parquet writer settings of the sorted layout (session confs reach it)
+    "parquet.block.size": str(4 * 1024 * 1024),
+    "parquet.page.row.count.limit": "1000",
+    "parquet.page.size": str(32 * 1024),
+}
+
+
+def history(spark, n: int):
+    """N recorded keys: md5 strings, a year of event dates, 1,200 keys a slice."""
+    return spark.range(n).select(
+        F.concat(F.lit("slice-"), (F.col("id") / SLICE).cast("long").cast("string")).alias(
+            "slice_id"
+        ),
+        F.md5(F.col("id").cast("string")).alias("event_id"),
+        F.lit(1).cast("long").alias("copies"),
+        F.date_add(F.lit("2025-01-01").cast("date"), (F.col("id") % 365).cast("int")).alias(
+            "event_date"
+        ),
+    )
+
+
+def write_layouts(spark, n: int, root: str) -> dict[str, str]:
+    scan, ordered = f"{root}/scan-{n}", f"{root}/sorted-{n}"
+    history(spark, n).write.format("delta").save(scan)
+    spark.sql(f"OPTIMIZE delta.`{scan}`").collect()
+    files = max(1, n // 5_000_000)
+    for key, value in SORTED_WRITE.items():
+        spark.conf.set(key, value)
+    try:
+        (
+            history(spark, n)
+            .repartitionByRange(files, "event_id")
+            .sortWithinPartitions("event_id")
+            .write.format("delta")
+            .save(ordered)
+        )
+    finally:
+        for key in SORTED_WRITE:
+            spark.conf.unset(key)
+    return {"scan": scan, "sorted": ordered}
+
+
+def slice_keys(n: int) -> list[str]:
+    """1,200 keys: KNOWN recorded ones (ids spread over the history), the rest new."""
+    import hashlib
+
+    known = [hashlib.md5(str(i * (n // KNOWN)).encode()).hexdigest() for i in range(KNOWN)]
+    new = [f"new-{i:06d}" for i in range(SLICE - KNOWN)]  # sorts apart from md5 hex
+    return known + new
+
+
+def lookup_scan(spark, path: str, keys: list[str]) -> list:
+    lo, hi = WINDOW
+    ids = spark.read.format("delta").load(path)
+    mine = spark.createDataFrame([(k,) for k in keys], "event_id string")
+    rows = (
+        ids.where(~F.col("event_date").between(F.lit(lo), F.lit(hi)))
+        .join(mine, "event_id", "left_semi")
+        .select("event_date")
+        .distinct()
+        .collect()
+    )
+    return sorted(r.event_date for r in rows)
+
+
+def lookup_sorted(spark, path: str, keys: list[str]) -> list:
+    lo, hi = WINDOW
+    spark.conf.set("spark.sql.parquet.pushdown.inFilterThreshold", str(len(keys) + 1))
+    try:
+        rows = (
+            spark.read.format("delta")
+            .load(path)
+            .where(F.col("event_id").isin(keys))
+            .where(~F.col("event_date").between(F.lit(lo), F.lit(hi)))
+            .select("event_date")
+            .distinct()
+            .collect()
+        )
+    finally:
+        spark.conf.unset("spark.sql.parquet.pushdown.inFilterThreshold")
+    return sorted(r.event_date for r in rows)
+
+
+def timed(lookup, spark, path: str, keys: list[str], repeat: int) -> tuple[float, list]:
+    """The median seconds of `repeat` lookups, after one to warm the snapshot and footers."""
+    found = lookup(spark, path, keys)
+    seconds = []
+    for _ in range(repeat):
+        began = time.perf_counter()
+        found = lookup(spark, path, keys)
+        seconds.append(time.perf_counter() - began)
+    return statistics.median(seconds), found
+
+
+def table_size(spark, path: str) -> dict:
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()
+    return {"files": int(detail["numFiles"]), "bytes": int(detail["sizeInBytes"])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keys", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--remote", help="an existing Spark Connect server (sc://...)")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench/results/key-lookup.json")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="slicewise-key-lookup-"))
+    server = None
+    url = args.remote
+    if url is None:
+        (port,) = free_ports(1)
+        server = SparkConnectServer(work / "spark-connect", port, "local[*]")
+        server.start()
+        warm_up(server.url, server.home)
+        url = server.url
+    try:
+        spark = remote_session(url, "key-lookup", fresh=True)
+        results = []
+        for n in args.keys:
+            paths = write_layouts(spark, n, str(work / "tables"))
+            keys = slice_keys(n)
+            row: dict = {"keys": n}
+            found = {}
+            for layout, lookup in (("scan", lookup_scan), ("sorted", lookup_sorted)):
+                row[layout], found[layout] = timed(lookup, spark, paths[layout], keys, args.repeat)
+                row[f"{layout}_table"] = table_size(spark, paths[layout])
+            assert found["scan"] == found["sorted"], found
+            row["dates_found"] = len(found["scan"])
+            results.append(row)
+            print(json.dumps(row), flush=True)
+        args.out.write_text(json.dumps({"slice_keys": SLICE, "results": results}, indent=1))
+    finally:
+        if server is not None:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
