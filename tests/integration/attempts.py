@@ -118,18 +118,18 @@ def serve() -> None:
 class Attempt:
     """One forked attempt: the part of `subprocess.Popen` the chaos suite uses."""
 
-    def __init__(self, forker: Forker, pid: int) -> None:
-        self._forker, self.pid = forker, pid
+    def __init__(self, forker: Forker, number: int, pid: int) -> None:
+        self._forker, self._number, self.pid = forker, number, pid
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        self.returncode = self._forker.exit_code(self.pid)
+        self.returncode = self._forker.exit_code(self._number)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._forker.changed:
-            while (code := self._forker.exits.get(self.pid)) is None:
+            while (code := self._forker.exit_code(self._number)) is None:
                 if not self._forker.alive():
                     raise RuntimeError(f"the fork server died; attempt {self.pid} is lost")
                 left = None if deadline is None else deadline - time.monotonic()
@@ -152,9 +152,12 @@ class Forker:
             stderr=self._log,
             env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)},
         )
-        self.exits: dict[int, int] = {}
+        # Per attempt, in launch order: its pid and its exit code. Not a map keyed by pid:
+        # the kernel reuses pids (pid_max is 32,768 here and the JVMs' threads take them
+        # too), and a stale exit under a reused pid made a new attempt look done at once.
         self.changed = threading.Condition()
         self._pids: list[int] = []
+        self._codes: list[int | None] = []
         ready = json.loads(self._proc.stdout.readline() or "{}")
         if "ready" not in ready:
             raise RuntimeError(f"the fork server did not start; its log: {log}")
@@ -165,18 +168,22 @@ class Forker:
         for line in self._proc.stdout:
             message = json.loads(line)
             with self.changed:
-                if "pid" in message:
+                if "pid" in message:  # always before that attempt's exit
                     self._pids.append(message["pid"])
-                else:
-                    self.exits[message["exited"]] = message["code"]
+                    self._codes.append(None)
+                else:  # the latest attempt under that pid: an earlier one had exited
+                    pid = message["exited"]
+                    mine = [i for i, p in enumerate(self._pids) if p == pid]
+                    if mine:  # (not a child of ours: nothing else forks there)
+                        self._codes[mine[-1]] = message["code"]
                 self.changed.notify_all()
 
     def alive(self) -> bool:
         return self._proc.poll() is None
 
-    def exit_code(self, pid: int) -> int | None:
+    def exit_code(self, number: int) -> int | None:
         with self.changed:
-            return self.exits.get(pid)
+            return self._codes[number]
 
     def launch(self, argv: list[str], env: dict[str, str], log: Path) -> Attempt:
         with self.changed:
@@ -189,7 +196,7 @@ class Forker:
                 if not self.alive():
                     raise RuntimeError("the fork server died before it forked the attempt")
                 self.changed.wait(1.0)
-            return Attempt(self, self._pids[known])
+            return Attempt(self, known, self._pids[known])
 
     def __enter__(self) -> Forker:
         return self

@@ -113,7 +113,9 @@ class Slice:
 
     def signal(self, proc: subprocess.Popen | Attempt, sig: signal.Signals) -> bool:
         """Send `sig` to the attempt's process group; False if the attempt had already
-        ended (a forked attempt is reaped at once, so its group is gone, not a zombie)."""
+        ended (a forked attempt is reaped at once: its group is gone, its pid reusable)."""
+        if proc.poll() is not None:
+            return False
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
