@@ -28,14 +28,17 @@ import shutil
 import statistics
 import tempfile
 import time
+from datetime import date
 from functools import partial
 from pathlib import Path
 
 from pyspark.sql import functions as F
 
+from slicewise.config import Settings, load_settings
 from slicewise.connect_server import SparkConnectServer, warm_up
 from slicewise.home import REPO_ROOT
 from slicewise.spark import remote_session
+from slicewise.windows import far_dates
 from slicewise_dev.broker import free_ports
 
 SLICE = 1200
@@ -62,8 +65,9 @@ def history(spark, n: int):
     )
 
 
-def write_layouts(spark, n: int, root: str) -> dict[str, str]:
-    scan, ordered = f"{root}/scan-{n}", f"{root}/sorted-{n}"
+def write_layouts(spark, n: int, settings: Settings) -> dict[str, str]:
+    """Today's layout where the product reads `slice_ids`, and the sorted one beside it."""
+    scan, ordered = settings.table("slice_ids"), settings.table(f"slice_ids_sorted_{n}")
     history(spark, n).write.format("delta").save(scan)
     spark.sql(f"OPTIMIZE delta.`{scan}`").collect()
     files = max(1, n // 5_000_000)
@@ -92,18 +96,11 @@ def slice_keys(n: int) -> list[str]:
     return known + new
 
 
-def lookup_scan(spark, path: str, keys: list[str]) -> list:
-    lo, hi = WINDOW
-    ids = spark.read.format("delta").load(path)
+def lookup_scan(spark, settings: Settings, keys: list[str]) -> list:
+    """Today's lookup: the product's own `windows.far_dates`."""
     mine = spark.createDataFrame([(k,) for k in keys], "event_id string")
-    rows = (
-        ids.where(~F.col("event_date").between(F.lit(lo), F.lit(hi)))
-        .join(mine, "event_id", "left_semi")
-        .select("event_date")
-        .distinct()
-        .collect()
-    )
-    return sorted(r.event_date for r in rows)
+    window = tuple(date.fromisoformat(d) for d in WINDOW)
+    return list(far_dates(spark, settings, mine, window))
 
 
 CHUNK = 100  # keys per IN list: Spark turns each into an OR of equalities, left-deep,
@@ -139,13 +136,13 @@ def lookup_sorted(spark, path: str, keys: list[str], pushdown: bool = True) -> l
     return sorted(r.event_date for r in rows)
 
 
-def timed(lookup, spark, path: str, keys: list[str], repeat: int) -> tuple[float, list]:
+def timed(lookup, spark, where, keys: list[str], repeat: int) -> tuple[float, list]:
     """The median seconds of `repeat` lookups, after one to warm the snapshot and footers."""
-    found = lookup(spark, path, keys)
+    found = lookup(spark, where, keys)
     seconds = []
     for _ in range(repeat):
         began = time.perf_counter()
-        found = lookup(spark, path, keys)
+        found = lookup(spark, where, keys)
         seconds.append(time.perf_counter() - began)
     return statistics.median(seconds), found
 
@@ -175,18 +172,19 @@ def main() -> None:
         spark = remote_session(url, "key-lookup", fresh=True)
         results = []
         for n in args.keys:
-            paths = write_layouts(spark, n, str(work / "tables"))
+            settings = load_settings({"SLICEWISE_LAKEHOUSE": str(work / f"lakehouse-{n}")})
+            paths = write_layouts(spark, n, settings)
             keys = slice_keys(n)
             row: dict = {"keys": n}
             found = {}
             lookups = {
-                "scan": (paths["scan"], lookup_scan),
+                "scan": (settings, lookup_scan),
                 "sorted": (paths["sorted"], lookup_sorted),
                 # the sorted table's query with Parquet's filters off: what the pushdown saves
                 "sorted_unpushed": (paths["sorted"], partial(lookup_sorted, pushdown=False)),
             }
-            for name, (path, lookup) in lookups.items():
-                row[name], found[name] = timed(lookup, spark, path, keys, args.repeat)
+            for name, (where, lookup) in lookups.items():
+                row[name], found[name] = timed(lookup, spark, where, keys, args.repeat)
             for layout, path in paths.items():
                 row[f"{layout}_table"] = table_size(spark, path)
             assert found["scan"] == found["sorted"] == found["sorted_unpushed"], found
