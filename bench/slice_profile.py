@@ -1,0 +1,206 @@
+"""Where a one-minute slice's time goes, by the product function that spends it (issue 68).
+
+    .venv/bin/python bench/slice_profile.py [--slices 10] [--out bench/results/slice-profile.json]
+
+The workload is `make bench`'s one-minute slice (`bench/workloads.py` `minute`: ~1,200
+records a slice, the same faults, one warm in-process session, 3 slices of warm-up),
+with every module-level function of `slicewise` wrapped by a wall-clock timer, and
+Spark's own entry points too (`spark.sql` by its statement's first word, DataFrame
+actions, writer saves), so each is a leaf. A function's *own* time is its wall time
+less the timed functions it called in the same thread: the own times of one thread add
+up to the step. Work handed to a second thread (`tables.side_by_side`) is timed in that
+thread and also shows as `side_by_side`'s wait, so those rows overlap.
+
+Timing wrappers cost a few microseconds a call against calls of milliseconds; the
+slice's total here is within the noise of `make bench-quick`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import json
+import pkgutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from types import FunctionType
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import slicewise  # noqa: E402
+from slicewise.config import load_settings  # noqa: E402
+from slicewise_dev import source  # noqa: E402
+from slicewise_dev.broker import running_broker  # noqa: E402
+from slicewise_dev.source import Faults  # noqa: E402
+
+RECORDS = 1_200
+WARMUP = 3
+
+
+class Timer:
+    """Wall time per name, inclusive and own (less timed callees in the same thread)."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.total: dict[str, float] = defaultdict(float)
+        self.own: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+
+    def wrap(self, name, fn):
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            if not self.on:
+                return fn(*args, **kwargs)
+            label = name(args) if callable(name) else name
+            stack = self.local.__dict__.setdefault("stack", [])
+            stack.append(0.0)
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent = time.perf_counter() - t0
+                children = stack.pop()
+                if stack:
+                    stack[-1] += spent
+                with self.lock:
+                    self.total[label] += spent
+                    self.own[label] += spent - children
+                    self.calls[label] += 1
+
+        return timed
+
+    def reset(self) -> None:
+        self.total.clear(), self.own.clear(), self.calls.clear()
+
+
+def instrument(timer: Timer) -> None:
+    """Every slicewise module's functions, replaced wherever a slicewise module names them."""
+    modules = [slicewise]
+    for info in pkgutil.walk_packages(slicewise.__path__, "slicewise."):
+        if info.name.endswith(("preloaded_scheduler", "operators", "cli")):
+            continue  # Airflow's side: not on a step's path here
+        try:
+            modules.append(importlib.import_module(info.name))
+        except ImportError:
+            continue
+    wrapped: dict[int, object] = {}
+    for module in modules:
+        for attr, value in vars(module).items():
+            if (
+                isinstance(value, FunctionType)
+                and value.__module__ == module.__name__
+                and id(value) not in wrapped
+            ):
+                short = module.__name__.removeprefix("slicewise.")
+                wrapped[id(value)] = timer.wrap(f"{short}.{attr}", value)
+    for module in modules:
+        for attr, value in list(vars(module).items()):
+            if id(value) in wrapped:
+                setattr(module, attr, wrapped[id(value)])
+            elif isinstance(value, type) and value.__module__ == module.__name__:
+                short = module.__name__.removeprefix("slicewise.")
+                for name, method in list(vars(value).items()):
+                    if isinstance(method, FunctionType) and not name.startswith("__"):
+                        setattr(value, name, timer.wrap(f"{short}.{attr}.{name}", method))
+
+    from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
+
+    def statement(args) -> str:
+        words = str(args[1]).split()
+        return f"spark.sql {words[0].upper() if words else '?'}"
+
+    SparkSession.sql = timer.wrap(statement, SparkSession.sql)
+    for action in ("collect", "first", "count", "toPandas", "take", "head", "isEmpty"):
+        setattr(DataFrame, action, timer.wrap(f"DataFrame.{action}", getattr(DataFrame, action)))
+    for save in ("save", "saveAsTable", "insertInto"):
+        setattr(
+            DataFrameWriter,
+            save,
+            timer.wrap(f"DataFrameWriter.{save}", getattr(DataFrameWriter, save)),
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--slices", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/slice-profile.json"))
+    args = parser.parse_args()
+    timer = Timer()
+    instrument(timer)
+    import workloads  # the bench's own session factory and slice (after instrumenting)
+
+    work = Path(tempfile.mkdtemp(prefix="slicewise-profile-"))
+    count = WARMUP + args.slices
+    first = (datetime.now(timezone.utc) - timedelta(minutes=count + 5)).replace(
+        second=0, microsecond=0
+    )
+    with running_broker(work / "broker") as broker:
+        env = {
+            "SLICEWISE_KAFKA_BOOTSTRAP": broker.bootstrap,
+            "SLICEWISE_STATE_DIR": str(work / "state"),
+            "SLICEWISE_TOPIC": "profile-minute",
+            "SLICEWISE_GRACE_SECONDS": "0",
+        }
+        settings = load_settings(env)
+        faults = Faults(duplicate_rate=0.01, aborted_rate=0.02, malformed_rate=0.001)
+        source.produce(
+            settings, first, count, count * RECORDS, faults, 3, seed=2,
+            batch=1_000, interval=timedelta(minutes=1),
+        )  # fmt: skip
+        spark = workloads.session(settings)
+        per_slice = []
+        for i in range(count):
+            at = first + i * timedelta(minutes=1)
+            timer.on = i >= WARMUP
+            run = workloads.w2_once(spark, settings, at, at + timedelta(minutes=1))
+            if timer.on:
+                per_slice.append(run["seconds"])
+        timer.on = False
+    n = args.slices
+    rows = sorted(
+        (
+            {
+                "name": name,
+                "own_s": timer.own[name] / n,
+                "total_s": timer.total[name] / n,
+                "calls": timer.calls[name] / n,
+            }
+            for name in timer.total
+        ),
+        key=lambda r: -r["own_s"],
+    )
+    result = {
+        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "slices": n,
+        "records": RECORDS,
+        "slice_seconds_median": statistics.median(per_slice),
+        "steps": {
+            s: timer.total.get(f"{m}.{s}", 0) / n
+            for m, s in (
+                ("planner", "plan_slice"),
+                ("ingest", "run_ingest"),
+                ("gate", "run_gate"),
+                ("publish", "run_publish"),
+            )
+        },  # fmt: skip
+        "functions": rows,
+    }
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"slice median {result['slice_seconds_median']:.2f} s; steps " + ", ".join(
+        f"{k} {v:.2f}" for k, v in result["steps"].items()))  # fmt: skip
+    print(f"{'own s':>7} {'total s':>8} {'calls':>6}  function (per slice, mean of {n})")
+    for r in rows[:45]:
+        print(f"{r['own_s']:7.3f} {r['total_s']:8.3f} {r['calls']:6.1f}  {r['name']}")
+
+
+if __name__ == "__main__":
+    main()
