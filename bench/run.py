@@ -269,6 +269,17 @@ MINUTE_RECORDS = 1_200  # a one-minute schedule at 20 events a second
 MINUTE_WARMUP = 3
 
 
+def produce_minutes(settings: Settings, first: datetime, count: int) -> Faults:
+    """`count` one-minute slices of ~MINUTE_RECORDS records from `first` on the topic of
+    `settings`, with the faults the one-minute workloads use (returned)."""
+    faults = Faults(duplicate_rate=0.01, aborted_rate=0.02, malformed_rate=0.001)
+    source.produce(
+        settings, first, count, count * MINUTE_RECORDS, faults, PARTITIONS, seed=2,
+        batch=1_000, interval=timedelta(minutes=1),
+    )  # fmt: skip
+    return faults
+
+
 def bench_env(bootstrap: str, state: Path, topic: str, cache: Path) -> dict[str, str]:
     """A workload's settings: the bench's broker and jar cache, its own state and topic."""
     return {
@@ -288,11 +299,7 @@ def minute_slices(bootstrap: str, cache: Path, work: Path, slices: int) -> dict:
     first = (datetime.now(timezone.utc) - timedelta(minutes=count + 5)).replace(
         second=0, microsecond=0
     )
-    faults = Faults(duplicate_rate=0.01, aborted_rate=0.02, malformed_rate=0.001)
-    source.produce(
-        load_settings(env), first, count, count * MINUTE_RECORDS, faults, PARTITIONS, seed=2,
-        batch=1_000, interval=timedelta(minutes=1),
-    )  # fmt: skip
+    faults = produce_minutes(load_settings(env), first, count)
     params = {"env": env, "start": first.isoformat(), "warmup": MINUTE_WARMUP, "slices": slices}
     result = {"records": MINUTE_RECORDS, **workload("minute", params, work / "minute")}
     # The same guarantees by hand on the same schedule, right after, in a process of its own.

@@ -34,14 +34,11 @@ from types import FunctionType
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from run import MINUTE_RECORDS, MINUTE_WARMUP, produce_minutes  # noqa: E402
+
 import slicewise  # noqa: E402
 from slicewise.config import load_settings  # noqa: E402
-from slicewise_dev import source  # noqa: E402
 from slicewise_dev.broker import running_broker  # noqa: E402
-from slicewise_dev.source import Faults  # noqa: E402
-
-RECORDS = 1_200
-WARMUP = 3
 
 
 class Timer:
@@ -77,9 +74,6 @@ class Timer:
                     self.calls[label] += 1
 
         return timed
-
-    def reset(self) -> None:
-        self.total.clear(), self.own.clear(), self.calls.clear()
 
 
 def instrument(timer: Timer) -> None:
@@ -139,7 +133,7 @@ def main() -> None:
     import workloads  # the bench's own session factory and slice (after instrumenting)
 
     work = Path(tempfile.mkdtemp(prefix="slicewise-profile-"))
-    count = WARMUP + args.slices
+    count = MINUTE_WARMUP + args.slices
     first = (datetime.now(timezone.utc) - timedelta(minutes=count + 5)).replace(
         second=0, microsecond=0
     )
@@ -151,16 +145,12 @@ def main() -> None:
             "SLICEWISE_GRACE_SECONDS": "0",
         }
         settings = load_settings(env)
-        faults = Faults(duplicate_rate=0.01, aborted_rate=0.02, malformed_rate=0.001)
-        source.produce(
-            settings, first, count, count * RECORDS, faults, 3, seed=2,
-            batch=1_000, interval=timedelta(minutes=1),
-        )  # fmt: skip
+        produce_minutes(settings, first, count)
         spark = workloads.session(settings)
         per_slice = []
         for i in range(count):
             at = first + i * timedelta(minutes=1)
-            timer.on = i >= WARMUP
+            timer.on = i >= MINUTE_WARMUP
             run = workloads.w2_once(spark, settings, at, at + timedelta(minutes=1))
             if timer.on:
                 per_slice.append(run["seconds"])
@@ -181,7 +171,7 @@ def main() -> None:
     result = {
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "slices": n,
-        "records": RECORDS,
+        "records": MINUTE_RECORDS,
         "slice_seconds_median": statistics.median(per_slice),
         "steps": {
             s: timer.total.get(f"{m}.{s}", 0) / n
@@ -191,7 +181,7 @@ def main() -> None:
                 ("gate", "run_gate"),
                 ("publish", "run_publish"),
             )
-        },  # fmt: skip
+        },
         "functions": rows,
     }
     args.out.write_text(json.dumps(result, indent=1) + "\n")
