@@ -161,6 +161,16 @@ def standalone(env: dict[str, str]) -> int:
     return 0 if stopping else code
 
 
+def running(pid: int) -> bool:
+    """`pid` has not exited: a zombie has, though its parent has yet to reap it (the
+    parent of `standalone` may be a shell or a test busy elsewhere, and waiting on a
+    zombie took this stop its full timeout and end_tree's grace, 95 s, every time)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def stop(env: dict[str, str], timeout: float = 60.0) -> int:
     """Stop a `standalone` started from another shell (what `make airflow-ui-stop` runs)."""
     path = pid_file(env)
@@ -171,9 +181,9 @@ def stop(env: dict[str, str], timeout: float = 60.0) -> int:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)  # its handler ends the whole tree
     deadline = time.monotonic() + timeout
-    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+    while running(pid) and time.monotonic() < deadline:
         time.sleep(0.5)
-    if psutil.pid_exists(pid):
+    if running(pid):
         end_tree(pid)
     path.unlink(missing_ok=True)
     print(f"Airflow stopped (was pid {pid})")
