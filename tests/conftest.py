@@ -99,6 +99,44 @@ def pytest_configure(config: pytest.Config) -> None:
     print(f"shared services up in {time.monotonic() - began:.0f} s: broker {run.bootstrap}, "
           f"Spark Connect {run.server.url}, s3proxy {run.s3.endpoint}, "
           f"registry {run.registry.url}, PostgreSQL :{run.postgres.port}")  # fmt: skip
+    config.pluginmanager.register(Timeline(), "slicewise-timeline")  # the workers start now
+
+
+class Timeline:
+    """What each xdist worker spent, seen from the controller: its busy seconds (every
+    phase of every test), when it finished its last test, and the files that cost most.
+    Printed after pytest's slowest tests, so a worker left alone at the end, or a file
+    that grew, shows at once."""
+
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+        self.busy: dict[str, float] = {}
+        self.ended: dict[str, float] = {}
+        self.files: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        node = getattr(report, "node", None)
+        worker = getattr(getattr(node, "gateway", None), "id", None)
+        if worker is None:
+            return
+        self.busy[worker] = self.busy.get(worker, 0.0) + report.duration
+        self.ended[worker] = time.monotonic() - self.began
+        path = report.nodeid.split("::")[0]
+        self.files[path] = self.files.get(path, 0.0) + report.duration
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.busy:
+            return
+        write = terminalreporter.write_line
+        terminalreporter.section("where each worker's time went")
+        for worker in sorted(self.busy):
+            write(
+                f"{worker}: busy {self.busy[worker]:.0f} s, last test ended "
+                f"{self.ended[worker]:.0f} s after the workers started"
+            )
+        write("costliest files (seconds of every phase of their tests):")
+        for path, seconds in sorted(self.files.items(), key=lambda kv: -kv[1])[:15]:
+            write(f"  {seconds:7.0f}  {path}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
