@@ -28,7 +28,7 @@ chaos: bootstrap ## the chaos suite, each run appended to chaos/chaos_runs.jsonl
 	@SLICEWISE_CHAOS_RUNS=$${SLICEWISE_CHAOS_RUNS:-$(or $(RUNS),5)} \
 	SLICEWISE_CHAOS_SCENARIOS=$${SLICEWISE_CHAOS_SCENARIOS:-$(SCENARIOS)} \
 	SLICEWISE_CHAOS_RECORD=$${SLICEWISE_CHAOS_RECORD:-$(CURDIR)/chaos/chaos_runs.jsonl} \
-	$(VENV)/python -m pytest tests/integration/test_chaos.py --dist loadgroup --maxschedchunk 1 --timeout 0  # one run per item, longest first, the next to a free worker
+	$(VENV)/python -m pytest tests/integration/test_chaos.py -n $(or $(WORKERS),2) --dist loadgroup --maxschedchunk 1 --timeout 0  # one run per item, longest first, the next to a free worker
 
 chaos-report: bootstrap ## the chaos table summed over every run recorded in chaos/chaos_runs.jsonl
 	@$(VENV)/python tests/integration/chaos_log.py
