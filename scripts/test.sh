@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `make test`: every phase in turn, each timed, and a summary of the wall times at the
 # end (pytest prints its 25 slowest tests above it), so a phase that grew shows at once.
-# The other Pythons' venvs install in the background while pytest runs (the registry
-# and the disk, not the cores, are what that install waits on); their unit tiers run
-# after it.
+# Debian's packages install beside the bootstrap, and the other Pythons' venvs beside
+# pytest (the registry and the disk, not the cores, are what those installs wait on);
+# their unit tiers run after it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 began=$(date +%s)
@@ -22,8 +22,18 @@ phase() {  # a failed phase is timed too, then ends the run with its code
   return "$code"
 }
 
+packages_log=$(mktemp)
+t0=$(date +%s)
+bash scripts/test_packages.sh >"$packages_log" 2>&1 &
+packaging=$!
 phase bootstrap bash scripts/bootstrap.sh
-phase "debian packages" bash scripts/test_packages.sh
+if ! wait "$packaging"; then
+  cat "$packages_log" >&2
+  exit 1
+fi
+cat "$packages_log"
+summary+=("$(printf '%-22s %5ss' "debian packages" $(( $(date +%s) - t0 ))) (beside bootstrap)")
+rm -f "$packages_log"
 phase lint .venv/bin/ruff check .
 tiers_log=$(mktemp)
 t0=$(date +%s)
