@@ -105,7 +105,7 @@ def pytest_configure(config: pytest.Config) -> None:
 class Timeline:
     """What each xdist worker spent, seen from the controller: its busy seconds (every
     phase of every test), when it finished its last test, and the files that cost most.
-    Printed after pytest's slowest tests, so a worker left alone at the end, or a file
+    Printed just before pytest's slowest tests, so a worker left alone at the end, or a file
     that grew, shows at once."""
 
     def __init__(self) -> None:
