@@ -5,9 +5,10 @@ copies a replay brings in from other slices) carries, in its commit's userMetada
 the slices whose gate must see its rows: `slicewise slices=<id>[,<id>] attempt=<hex>`.
 The tag is in the same atomic commit as the rows, so silver's own history says which
 versions hold rows of which slices, and cannot disagree with the table (`publish`
-reads it against the gates' records). A commit without one is silver's creation, a
-new column, maintenance's compaction and purge (no row changed), or a write by hand
-(`Commit.by_hand`).
+reads it against the gates' records). A tag may name no slice: a clean-up that only
+deleted rows every owner's passing gate had seen once (`silver.settle_far_copies`). A
+commit without one is silver's creation, a new column, maintenance's compaction and
+purge (no row changed), or a write by hand (`Commit.by_hand`).
 """
 
 from __future__ import annotations
@@ -59,12 +60,13 @@ class Commit(NamedTuple):
     slices: tuple[str, ...]  # the slices it wrote for (`tagged_slices`)
     at: int  # its timestamp, seconds since the epoch
     operation: str = "WRITE"
+    tagged: bool = False  # a slice step's commit, though its tag may name no slice
 
     @property
     def by_hand(self) -> bool:
         """Rows changed by no slice step: a write of someone else's (a repair, a bad
         manual write)."""
-        return not self.slices and self.operation not in NO_ROW_CHANGE
+        return not (self.slices or self.tagged) and self.operation not in NO_ROW_CHANGE
 
 
 Commits = list[Commit]
@@ -83,7 +85,14 @@ def commits_above(spark: SparkSession, path: str, floor: int) -> Commits:
     if latest.version - floor > 1:
         rows = history(spark, path, latest.version - floor).select(*columns).collect()
     return sorted(
-        Commit(int(r.version), tagged_slices(r.userMetadata), r.at, r.operation) for r in rows
+        Commit(
+            int(r.version),
+            tagged_slices(r.userMetadata),
+            r.at,
+            r.operation,
+            (r.userMetadata or "").startswith(PREFIX),
+        )
+        for r in rows
     )
 
 

@@ -46,7 +46,7 @@ from slicewise.ledger import Ledger
 from slicewise.pipelines import Pipeline, PipelineDefinitionError
 from slicewise.schemas import required_columns, silver_schema
 from slicewise.tables import read_table
-from slicewise.windows import recorded_ids, silver_window
+from slicewise.windows import Reach, recorded_ids, silver_window
 
 log = logging.getLogger(__name__)
 
@@ -137,12 +137,14 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
             f"`slicewise ingest --slice-id {slice_id}`) first. Nothing was published."
         )
     version = validated_version(spark, settings, ledger, slice_id)
-    counts, reports = _validate(spark, settings, slice_id, version)
+    reach, counts, reports = _validate(spark, settings, slice_id, version)
     success = all(r.success for r in reports)
     summary = "\n".join(r.summary() for r in reports)
     outcome = {
         "success": success,
         "silver_version": version,
+        # Where the gate looked: publication rebuilds gold there (`publish.run_publish`).
+        "reach": None if reach is None else reach.record(),
         "suite_version": SUITE_VERSION,
         "counts": asdict(counts),
         "summary": summary,
@@ -208,13 +210,14 @@ def settled(previous: dict | None, outcome: dict) -> dict:
     return {
         **previous,
         "silver_version": outcome.get("silver_version"),
+        "reach": outcome.get("reach"),
         "rechecks": [*previous.get("rechecks", []), recheck],
     }
 
 
 def _validate(
     spark: SparkSession, settings: Settings, slice_id: str, version: int
-) -> tuple[SliceCounts, list[GateReport]]:
+) -> tuple[Reach | None, SliceCounts, list[GateReport]]:
     pipeline = settings.pipeline
     schema = silver_schema(pipeline)
     row_suite = silver_slice_suite(pipeline)  # first: a bad declared expectation fails fast
@@ -243,7 +246,11 @@ def _validate(
         rows = silver_window(spark, settings, reach, version).join(ids, key, "left_semi")
         reports.append(validate(rows, f"silver_slice_v{SUITE_VERSION}", row_suite, docs, slice_id))
     # Kept where every host reads them, before the verdict is recorded or raised.
-    return counts, [replace(r, docs_url=keep(settings, r.site, r.docs_index)) for r in reports]
+    return (
+        reach,
+        counts,
+        [replace(r, docs_url=keep(settings, r.site, r.docs_index)) for r in reports],
+    )
 
 
 def _hint(counts: SliceCounts) -> str:

@@ -66,7 +66,7 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
     # dates), not only its own hours: its MERGE may have replaced a stored copy by an
     # earlier-positioned one with another occurred_at, moving that event out of an hour
     # published before. Only rows inside the reach can have moved.
-    reach = widened(slice_reach(spark, settings, slice_id), ledger.step(slice_id, "replay"))
+    reach = widened(gate_reach(spark, settings, gate, slice_id), ledger.step(slice_id, "replay"))
     gold_path = settings.table("gold_events_per_hour")
     gold = settings.pipeline.gold
     hours: list[str] = []
@@ -170,6 +170,15 @@ class GoldMovedOn(OperationalError):
     """Delta skipped a gold write under the fence: a publication from a newer view of
     silver (or from the same view over gold as it is now) committed first. Publication
     rebuilds on its own; this reaches on-call only after every retry lost."""
+
+
+def gate_reach(spark: SparkSession, settings: Settings, gate: dict, slice_id: str) -> Reach | None:
+    """The reach the slice's passing gate looked at. Its lookup came after every commit of
+    the slice it proved (publication refuses one it has not seen), so it holds every date
+    they changed; a gate recorded before gates kept their reach: looked up again."""
+    if "reach" in gate:
+        return Reach.of_record(gate["reach"])
+    return slice_reach(spark, settings, slice_id)
 
 
 def widened(reach: Reach | None, replay: dict | None) -> Reach | None:

@@ -343,10 +343,12 @@ def settle_far_copies(
     Delta sees no conflict, and the key has two rows. The later committer's lookup here
     finds the other's date. Wherever far dates exist the rows are checked, whatever
     this attempt's MERGE read: a retry's MERGE may be the first attempt's, skipped by
-    Delta. The DELETE is tagged with the slice and with each other slice holding a row
-    of such a key whose gate has not passed: its gate, pinned at its own last commit,
-    may have seen the two rows, and must see the one now (one whose gate passed saw one
-    row; the tag would hold its publication for a gate it passed). Almost always there
+    Delta. The DELETE is tagged with each slice, this one or another holding a row of
+    such a key, whose gate has not passed: its gate, pinned at its own last commit, may
+    have seen the two rows, and must see the one now. One whose gate passed saw one row,
+    and the DELETE adds none: tagged, it would hold every later publication for a gate
+    nobody runs again (this slice's own, when this attempt is a zombie finishing after
+    its retry's gate; the protocol model's `settle_tags_unproved`). Almost always there
     is no far date: one lookup and nothing else."""
     if merged is None:
         return None
@@ -363,7 +365,9 @@ def settle_far_copies(
     losers = [r for r in found if r.beaten]
     ledger = Ledger.of(settings)
     unproved = [
-        o for o in {r.slice_id for r in found} if not (ledger.step(o, "gate") or {}).get("success")
+        o
+        for o in {slice_id, *(r.slice_id for r in found)}
+        if not (ledger.step(o, "gate") or {}).get("success")
     ]
     log.warning(
         "silver of %s: keys stored twice, at far dates, by slices racing it; deleting "
@@ -375,7 +379,7 @@ def settle_far_copies(
     spark.createDataFrame(losers).createOrReplaceTempView(source)
     same_copy = " AND ".join(f"t.{c} = s.{c}" for c in KAFKA_POSITION)
     try:
-        with commit_tag(spark, slice_tag([slice_id, *unproved])):
+        with commit_tag(spark, slice_tag(unproved)):
             spark.sql(
                 f"MERGE INTO {delta_ref(path)} AS t USING {source} AS s "
                 f"ON {reach.sql('t.event_date')} AND {key_match_sql(pipeline)} AND {same_copy} "
@@ -493,8 +497,7 @@ def merge_slice(
         slice_id,
         "silver",
         {
-            "window": None if reach is None else [d.isoformat() for d in reach.window],
-            "far_dates": [] if reach is None else [d.isoformat() for d in reach.far],
+            **(reach.record() if reach else {"window": None, "far_dates": []}),
             # At or above its MERGE's version: publication waits for slices marked below.
             "silver_version": table_version(spark, settings.table("silver")),
         },

@@ -62,6 +62,20 @@ class Reach:
         far = f" and {', '.join(d.isoformat() for d in self.far)}" if self.far else ""
         return f"{lo.isoformat()}..{hi.isoformat()}{far}"
 
+    def record(self) -> dict:
+        """The reach as the ledger keeps it (`of_record` reads it back)."""
+        return {
+            "window": [d.isoformat() for d in self.window],
+            "far_dates": [d.isoformat() for d in self.far],
+        }
+
+    @staticmethod
+    def of_record(record: dict | None) -> Reach | None:
+        if record is None:
+            return None
+        lo, hi = (date.fromisoformat(d) for d in record["window"])
+        return Reach((lo, hi), tuple(date.fromisoformat(d) for d in record["far_dates"]))
+
 
 def recorded_ids(spark: SparkSession, settings: Settings, slice_id: str) -> DataFrame:
     """The slice's valid keys as silver recorded them (`slice_ids`)."""

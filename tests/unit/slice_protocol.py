@@ -20,7 +20,9 @@ run) that an on-call's clean rerun of every unfinished task publishes everything
 * `waits_for_later`: a publication waits for the gate of a slice that committed after
   its own last commit;
 * `wedged`: a quiet state from which the on-call's rerun does not publish every
-  slice.
+  slice;
+* `stale_gold`: once the on-call's rerun has published every slice, a date of gold
+  does not hold what silver holds there.
 
 `Protocol` switches between what the code did before each fix and what it does
 now, so the model shows each hole on the old protocol and none on the shipped one.
@@ -56,7 +58,15 @@ class Protocol:
     # and the publication then rebuilds.
     gold_fenced: bool = False
     far_recheck: bool = False  # the MERGE looks for far dates again after its commit
+    # ... and tags its clean-up with the slice itself only while its gate has not passed
+    # (False: always; a zombie's clean-up after its retry's gate then held every later
+    # publication for a gate nobody would run again).
+    settle_tags_unproved: bool = False
     ack_below_unpublished: bool = False  # the group stops below the first unpublished slice
+    # Publication rebuilds the dates of the reach its slice's passing gate recorded (False:
+    # it looks the reach up again). Not a fix: one far-date lookup fewer a slice, which
+    # `stale_gold` must show loses nothing.
+    reach_of_gate: bool = False
 
 
 BEFORE = Protocol()
@@ -69,7 +79,9 @@ DESIGNED = Protocol(
     replay_refuses_dropped=True,
     gold_fenced=True,
     far_recheck=True,
+    settle_tags_unproved=True,
     ack_below_unpublished=True,
+    reach_of_gate=True,
 )
 SHIPPED = DESIGNED  # every designed fix has landed (a new one starts off here)
 
@@ -361,7 +373,11 @@ def ingest(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
                 # (tagging it would hold its publication for a gate it passed).
                 if losers:
                     unproved = {o for o in owners if not (m.rec(w, p, "gate", o) or (False,))[0]}
-                    w = m.commit(w, p, rows - losers, (s, "merge", frozenset(unproved)))
+                    if not proto.settle_tags_unproved:
+                        unproved.add(s)
+                    # A clean-up only deletes: with every owner's gate passed (each saw one
+                    # row), no gate must see it, and its tag names no slice.
+                    w = m.commit(w, p, rows - losers, ("", "settle", frozenset(unproved)))
         return w, (), 8
     if pc == 8:  # record silver, with silver's version then
         w = m.set_rec(w, p, "silver", s, len(m.versions(w, p)) - 1)
@@ -370,9 +386,12 @@ def ingest(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
     raise AssertionError(pc)
 
 
-def gate_check(m: Model, w: World, p: str, s: str, version: int) -> tuple[bool, frozenset]:
+def gate_check(
+    m: Model, w: World, p: str, s: str, version: int
+) -> tuple[bool, frozenset, frozenset]:
     """The gate's facts on silver at `version`: the slice's recorded keys in its reach,
-    each once, present, and no row breaking an expectation. Returns (passed, rows seen)."""
+    each once, present, and no row breaking an expectation. Returns (passed, rows seen,
+    the reach)."""
     ids = [(k, d) for (sid, k, d) in get(w.ids, p) if sid == s]
     keys = {k for k, _ in ids}
     reach = m.reach(w, p, s, keys, {d for _, d in ids})
@@ -380,7 +399,7 @@ def gate_check(m: Model, w: World, p: str, s: str, version: int) -> tuple[bool, 
     stored = [c.key for c in rows]
     ok = len(stored) == len(set(stored)) and set(stored) == keys
     ok = ok and not any(m.bad(w, p, c) for c in rows)
-    return ok, rows
+    return ok, rows, frozenset(reach)
 
 
 def gate(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
@@ -392,10 +411,10 @@ def gate(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
         version = len(m.versions(w, p)) - 1
         if m.proto.verified_from_commits and m.proto.gate_at_last_commit:
             version = last_commit(m, w, p, s, version) or version
-        ok, rows = gate_check(m, w, p, s, version)
+        ok, rows, reach = gate_check(m, w, p, s, version)
         if ok:
             w = w._replace(proved=w.proved | {(p, c) for c in rows})
-        return w, (ok, version), 2
+        return w, (ok, version, reach if m.proto.reach_of_gate else None), 2
     if pc == 2:  # on a pass, clear the mark first
         if loc[0] and not m.proto.verified_from_commits:
             w = m.del_rec(w, p, "mark", s)
@@ -410,7 +429,9 @@ def gate(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
 
 def gated(by: tuple | None) -> tuple[str, ...]:
     """The slices whose gate must see a commit's rows (its tag)."""
-    return () if by is None else (by[0], *(by[2] if len(by) > 2 else ()))
+    if by is None:
+        return ()
+    return tuple(s for s in (by[0], *(by[2] if len(by) > 2 else ())) if s)
 
 
 def floor(m: Model, w: World, p: str) -> int:
@@ -495,8 +516,11 @@ def publish(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
         built = max([b for _, (b, _) in dates_map], default=-1)
         if proto.gold_fenced:
             version = max(version, built)
-        ids = [(k, d) for (sid, k, d) in get(w.ids, p) if sid == s]
-        reach = m.reach(w, p, s, {k for k, _ in ids}, {d for _, d in ids})
+        if proto.reach_of_gate:
+            reach = set(m.rec(w, p, "gate", s)[2])
+        else:
+            ids = [(k, d) for (sid, k, d) in get(w.ids, p) if sid == s]
+            reach = m.reach(w, p, s, {k for k, _ in ids}, {d for _, d in ids})
         replayed = m.rec(w, p, "replay_changed", s)
         if replayed:
             reach |= set(replayed)
@@ -795,6 +819,23 @@ def recover(m: Model, w: World) -> None:
     if stuck:
         raise Violation("wedged", f"after a clean rerun of every task, {stuck} do not pass")
     check_quiet(m, w)
+    if m.sc.publish:
+        check_gold_current(m, w)
+
+
+def check_gold_current(m: Model, w: World) -> None:
+    """Every slice published: each date of gold holds silver's rows there (a date no
+    publication rebuilt holds none, like silver's)."""
+    for p in m.sc.pipelines:
+        dates, _ = get(w.gold, p)
+        rows = m.rows(w, p)
+        for d in {c.date for c in rows} | {d for d, _ in dates}:
+            built = get(dates, d, (None, frozenset()))[1]
+            there = frozenset(c for c in rows if c.date == d)
+            if built != there:
+                raise Violation(
+                    "stale_gold", f"{p} gold date {d} holds {sorted(built)}, silver {sorted(there)}"
+                )
 
 
 @dataclass

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import slice_protocol
 from slice_protocol import (
     BEFORE,
     DESIGNED,
@@ -21,6 +22,7 @@ from slice_protocol import (
     Copy,
     Scenario,
     explore,
+    get,
 )
 
 from slicewise.faults import POINTS
@@ -105,6 +107,20 @@ HOLES = {
         ),
         {"unproved_gold": "verified_from_commits"},
     ),
+    # 8: far copies, and a zombie ingest of S whose clean-up of the key stored twice
+    # commits after S's retry passed its gate: tagged with S, it held X's publication
+    # for a gate of S nobody would run again.
+    "zombie cleans up after its gate": (
+        Scenario(
+            "zombie-settles",
+            (Copy("a", 5, 0, "S"), Copy("a", 0, 1, "X")),
+            kills=1,
+            killable=frozenset({"ingest"}),
+            zombies=True,
+            parallel=3,
+        ),
+        {"wedged": "settle_tags_unproved"},
+    ),
 }
 
 
@@ -177,6 +193,34 @@ def test_a_gate_pinned_at_its_start_makes_a_publication_wait_for_a_later_slice()
     pinned = explore(two, replace(DESIGNED, gate_at_last_commit=False))
     assert "waits_for_later" in pinned.found, pinned.describe()
     assert not explore(two, DESIGNED).found
+
+
+# A key's copies far apart, the later slice's the survivor: its MERGE moves the key's
+# row from X's date to its own, so gold must be rebuilt at both.
+FAR_PUBLISHED = Scenario(
+    "far-published",
+    (Copy("b", 0, 0, "X"), Copy("a", 0, 3, "X"), Copy("a", 5, 1, "S")),
+    kills=1,
+    killable=frozenset({"ingest"}),
+)
+
+
+def test_publication_from_the_gates_reach_leaves_gold_as_silver() -> None:
+    report = explore(FAR_PUBLISHED, SHIPPED)
+    assert report.quiet > 0
+    assert not report.found, report.describe()
+
+
+def test_gold_goes_stale_when_a_publication_skips_the_far_dates(monkeypatch) -> None:
+    # The check `stale_gold` bites: a gate that recorded only its own window.
+    real = slice_protocol.gate_check
+
+    def window_only(m, w, p, s, version):
+        ok, rows, _ = real(m, w, p, s, version)
+        return ok, rows, frozenset(m.window({d for (t, _, d) in get(w.ids, p) if t == s}))
+
+    monkeypatch.setattr(slice_protocol, "gate_check", window_only)
+    assert "stale_gold" in explore(FAR_PUBLISHED, SHIPPED).found
 
 
 def test_the_model_names_the_codes_fault_points() -> None:

@@ -23,6 +23,14 @@ def test_a_commits_tag_names_the_slices_it_wrote_for():
     assert slice_tag(["x"]) != slice_tag(["x"])  # each attempt its own
 
 
+def test_a_clean_up_tagged_with_no_slice_is_not_a_write_by_hand():
+    # silver.settle_far_copies, every owner's gate passed: a slice step's commit, no gate
+    assert tagged_slices(slice_tag([])) == ()
+    assert not Commit(3, (), NOW, "MERGE", tagged=True).by_hand
+    assert Commit(3, (), NOW, "MERGE").by_hand
+    assert not Commit(3, (), NOW, "OPTIMIZE").by_hand
+
+
 def gates(**outcomes: tuple[bool, int]) -> dict:
     return {s: {"success": ok, "silver_version": v} for s, (ok, v) in outcomes.items()}
 
