@@ -37,6 +37,7 @@ from slicewise.tables import (
     append_once,
     commit_metrics,
     conform,
+    ids_may_be_forgotten,
     of_slice,
     retry_on_conflict,
     table_exists,
@@ -237,6 +238,15 @@ def commit_bronze(
     `committed` is False when another attempt's commit holds the slice: Delta then
     skips this write without an error, so the attempt's tag tells the two apart."""
     path = settings.table("bronze")
+    retain = settings.pipeline.maintenance.vacuum_retain
+    if ids_may_be_forgotten(sl.end, retain, settings.step_timeout):
+        # A slice written once more than `vacuum_retain` ago: Delta may have forgotten the
+        # write's id, so the rows tell (an earlier attempt's commit holds them, or none).
+        stored = of_slice(spark, path, BRONZE, sl.slice_id).count()
+        if stored:
+            log.info("%s: bronze holds its %d rows already; nothing to do", sl.describe(), stored)
+            ledger.record_step(sl.slice_id, "bronze", {"rows": stored})
+            return BronzeResult(sl.slice_id, stored, committed=False)
     attempt = uuid.uuid4().hex
     append_once(rows, path, f"slicewise/bronze/{sl.slice_id}", {**metadata, "attempt": attempt})
     metrics = commit_metrics(spark, path, attempt)

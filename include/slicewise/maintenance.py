@@ -97,11 +97,16 @@ def settled_before(now: datetime, horizon_days: int) -> date:
 
 
 def retention_properties(policy: Maintenance) -> dict[str, str]:
-    """The table properties VACUUM and the log's cleanup obey (stated on every table)."""
+    """The table properties VACUUM, the log's cleanup and Delta's idempotent-write ids
+    obey (stated on every table). The ids are kept as long as removed files: a slice
+    written once longer ago is rewritten only where its rows are not there already
+    (`tables.ids_may_be_forgotten`), and a table's state stays as small as its recent
+    slices' ids, not all of them."""
     log_retention = max(policy.vacuum_retain, MIN_LOG_RETENTION)
     return {
         "delta.deletedFileRetentionDuration": _interval(policy.vacuum_retain),
         "delta.logRetentionDuration": _interval(log_retention),
+        "delta.setTransactionRetentionDuration": _interval(policy.vacuum_retain),
     }
 
 

@@ -36,12 +36,13 @@ from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
 from slicewise.pipelines import Pipeline
-from slicewise.schemas import BRONZE, KAFKA_POSITION, silver_schema
+from slicewise.schemas import BRONZE, KAFKA_POSITION, QUARANTINE, silver_schema, slice_ids_schema
 from slicewise.slices import Slice
 from slicewise.tables import (
-    append_once,
+    append_slice_once,
     conform,
     delta_ref,
+    ids_may_be_forgotten,
     of_slice,
     read_version,
     retry_on_conflict,
@@ -482,9 +483,15 @@ def merge_slice(
     whichever of them had committed."""
     slice_id = sl.slice_id
     metadata = {"step": "silver", "slice_id": slice_id}
+    schemas = {"quarantine": QUARANTINE, "slice_ids": slice_ids_schema(settings.pipeline)}
+    forgotten = ids_may_be_forgotten(
+        sl.end, settings.pipeline.maintenance.vacuum_retain, settings.step_timeout
+    )
 
     def append(rows: DataFrame, table: str) -> None:
-        append_once(rows, settings.table(table), f"slicewise/{table}/{slice_id}", metadata)
+        app_id = f"slicewise/{table}/{slice_id}"
+        path = settings.table(table)
+        append_slice_once(rows, path, schemas[table], slice_id, app_id, metadata, forgotten)
 
     reach = write_slice(
         spark, settings, slice_id, parsed, append, merge_id=f"slicewise/silver/{slice_id}"

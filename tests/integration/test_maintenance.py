@@ -181,3 +181,47 @@ def test_maintenance_compacts_purges_retains_and_vacuums(
     assert details["properties"]["delta.deletedFileRetentionDuration"] == (
         f"interval {RETAIN} seconds"
     )
+
+
+def test_a_slice_ingested_again_once_its_write_ids_are_forgotten_appends_nothing_twice(
+    spark, pipeline_factory, new_topic, tmp_path, monkeypatch
+):
+    """Maintenance keeps Delta's idempotent-write ids only as long as `vacuum_retain`
+    (20 s here), so a table's state stays as small as its recent slices' ids. A slice
+    ingested again after that (a cleared task days later) finds its rows, not its ids:
+    bronze, quarantine and `slice_ids` keep one copy, and its gate still passes. The
+    control, a second lakehouse whose steps trust the ids alone, appends every table's
+    rows again: the ids really were forgotten."""
+    import slicewise.bronze as bronze_module
+    import slicewise.silver as silver_module
+
+    topic = new_topic(3)
+    env = {"SLICEWISE_PIPELINES_FILE": str(definitions(tmp_path)), "SLICEWISE_STEP_TIMEOUT": "20s"}
+    settings, producer = pipeline_factory(topic=topic, **env)
+    control, _ = pipeline_factory(topic=topic, **env)
+    producer.send([*events_at(0, 12), Record(b"{not json", 1, T0 + timedelta(minutes=30))])
+    tables = ("bronze", "quarantine", "slice_ids")
+
+    def rows(s) -> dict[str, int]:
+        return {t: spark.read.format("delta").load(s.table(t)).count() for t in tables}
+
+    slice_id = through_gate(spark, settings, 0, publish=False)
+    through_gate(spark, control, 0, publish=False)
+    assert rows(settings) == rows(control) == {"bronze": 13, "quarantine": 1, "slice_ids": 12}
+    run_maintenance(spark, settings, now=NOW)
+    for t in tables:
+        spark.sql(
+            f"ALTER TABLE delta.`{control.table(t)}` SET TBLPROPERTIES "
+            f"('delta.setTransactionRetentionDuration' = 'interval {RETAIN} seconds')"
+        ).collect()
+    time.sleep(RETAIN + 1)
+
+    with monkeypatch.context() as trusting:
+        for module in (bronze_module, silver_module):
+            trusting.setattr(module, "ids_may_be_forgotten", lambda *_: False)
+        run_ingest(spark, control, slice_id)
+    assert rows(control) == {"bronze": 26, "quarantine": 2, "slice_ids": 24}
+
+    run_ingest(spark, settings, slice_id)
+    assert rows(settings) == {"bronze": 13, "quarantine": 1, "slice_ids": 12}
+    assert run_gate(spark, settings, slice_id)["success"]

@@ -88,6 +88,7 @@ def test_the_tables_state_vacuums_retention_and_keep_the_log_at_least_as_long():
     assert week == {
         "delta.deletedFileRetentionDuration": "interval 604800 seconds",
         "delta.logRetentionDuration": "interval 2592000 seconds",  # Delta's 30 days
+        "delta.setTransactionRetentionDuration": "interval 604800 seconds",
     }
     quarter = retention_properties(Maintenance(vacuum_retain="90d"))
     assert quarter["delta.logRetentionDuration"] == "interval 7776000 seconds"
