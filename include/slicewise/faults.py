@@ -7,18 +7,16 @@ it. A marker under `<state>/faults/` remembers that the fault fired, so the
 retry runs clean, which is exactly what a crash followed by an Airflow retry
 looks like. Nothing sets the variable in production.
 
-Points: plan.resolved, bronze.committed, silver.quarantined, silver.probed,
+Points: plan.resolved, bronze.committed, silver.quarantined, silver.merging,
 silver.merged, gate.validated, publish.gold_written, announce.recorded. The `ingest`
-step passes bronze's point and then silver's three; `silver.probed` (between the
-probe of silver and its insert-only MERGE) only when the probe found no stored copy
-beaten.
+step passes bronze's point and then silver's three; `silver.merging` just before
+silver's MERGE.
 
 `SLICEWISE_FAULT_ACTION=kill` (the chaos suite) sends SIGKILL to the whole process
 group instead: a `spark-submit` started in its own session dies like a driver under
 `kill -9`, with no `finally`, no shutdown hook and no exit code of its own. `SLICEWISE_FAULT_ACTION=wait` pauses there instead, until
 the test that set it creates the marker's `.resume` file beside it (a racing writer's
-moment: the chaos suite commits a copy of the slice's key between the probe and the
-MERGE).
+moment: the chaos suite commits a copy of the slice's key just before the MERGE).
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ POINTS = (
     "plan.resolved",
     "bronze.committed",
     "silver.quarantined",
-    "silver.probed",
+    "silver.merging",
     "silver.merged",
     "gate.validated",
     "publish.gold_written",

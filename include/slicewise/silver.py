@@ -13,8 +13,7 @@ the far dates where `slice_ids` says another slice holds a copy of one of its ke
 Delta prunes every other partition, so its cost follows the slice, not the table,
 and copies of a key any distance apart still end as one row. Silver has deletion
 vectors: a MERGE marks the rows it replaces instead of rewriting every file that
-holds a matched row. A slice that replaces nothing (a probe of silver says so) is
-written by an insert-only MERGE pinned to the probed version (`merge_into_silver`).
+holds a matched row.
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ from slicewise.tables import (
     delta_ref,
     ids_may_be_forgotten,
     of_slice,
-    read_version,
     retry_on_conflict,
     side_by_side,
     table_properties,
@@ -125,7 +123,7 @@ def idempotent_dml(spark: SparkSession, app_id: str | None) -> Iterator[None]:
 
 @contextmanager
 def commit_tag(spark: SparkSession, attempt: str) -> Iterator[None]:
-    """The DML's commit carries `attempt` in its userMetadata (found by `read_version`)."""
+    """The DML's commit carries `attempt` in its userMetadata (found by `tables.tagged_commit`)."""
     if not attempt:
         yield
         return
@@ -205,25 +203,20 @@ def merge_into_silver(
     reach: Reach,
     app_id: str | None,
     writer: str,
-    probed: Callable[[], None] = lambda: None,
+    merging: Callable[[], None] = lambda: None,
 ) -> None:
     """Insert new keys; replace a stored copy only by one the survivor rule prefers.
 
-    Most slices replace nothing, so a probe of silver (at version v) asks first whether
-    any event beats its stored copy. If none does, an insert-only MERGE adds the new
-    keys: Delta joins for the unmatched keys alone and touches no stored file, where
-    the full MERGE looks for files to rewrite and writes deletion vectors. The probe
-    holds only for version v, so the MERGE is pinned to it: unless its commit read
-    version v (Delta's conflict check covers what commits after that), a writer came
-    in between, or Delta skipped the MERGE as committed by an earlier attempt (which
-    may have been insert-only); silver as it is then gets the probe again, and a copy
-    still beaten is replaced by the full MERGE, idempotent by content. `probed` runs
-    between the probe and an insert-only MERGE (a fault point).
-
-    With an `app_id` the first MERGE commits at most once for it (and fences racers);
-    without, it is still idempotent by content, which quarantine replay relies on.
+    One MERGE, idempotent by content: a copy in silver is replaced only by an event
+    that beats it, and a writer that commits in between fails its commit (Delta's
+    conflict check), so the retry sees that writer's rows. With an `app_id` it commits
+    at most once (and fences racers); without, it is still idempotent by content, which
+    quarantine replay relies on. Delta returns no row for a MERGE it skipped as
+    committed by an earlier attempt; an attempt of an earlier slicewise may have
+    merged insert-only after a probe and died before checking it, so silver is then
+    asked for a copy the slice still beats, and the MERGE runs again without its id.
     Each commit is tagged with `writer`, the slice whose gate must see its rows
-    (`commits.slice_tag`).
+    (`commits.slice_tag`). `merging` runs just before the MERGE (a fault point).
     """
     ensure_silver(spark, path, pipeline)
     # SQL rather than DeltaTable.merge: the same statement runs in-process and over
@@ -231,36 +224,30 @@ def merge_into_silver(
     source = f"slice_events_{uuid.uuid4().hex}"
     events.createOrReplaceTempView(source)
     on = f"{reach.sql('t.event_date')} AND {key_match_sql(pipeline)}"
-    insert = "WHEN NOT MATCHED THEN INSERT *"
-    replace = f"WHEN MATCHED AND {beats_sql(pipeline)} THEN UPDATE SET * {insert}"
+    statement = (
+        f"MERGE INTO {delta_ref(path)} AS t USING {source} AS s ON {on} "
+        f"WHEN MATCHED AND {beats_sql(pipeline)} THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+    )
 
-    def beaten(version: int | None) -> int:
-        """How many stored copies an event beats (in silver at `version`, else as it is)."""
-        at = "" if version is None else f" VERSION AS OF {version}"
+    def merge(app_id: str | None) -> bool:
+        """Whether the MERGE ran (False: Delta skipped it, `app_id` committed before)."""
+        with idempotent_dml(spark, app_id), commit_tag(spark, slice_tag([writer])):
+            return bool(spark.sql(statement).collect())
+
+    def beaten() -> int:
+        """How many stored copies an event beats."""
         # A count, not LIMIT 1: a limit scans partitions in growing rounds, a job each.
         probe = (
-            f"SELECT count(*) FROM {delta_ref(path)}{at} AS t JOIN {source} AS s "
+            f"SELECT count(*) FROM {delta_ref(path)} AS t JOIN {source} AS s "
             f"ON {on} WHERE {beats_sql(pipeline)}"
         )
         return int(spark.sql(probe).first()[0])
 
-    def merge(clauses: str, app_id: str | None, attempt: str) -> None:
-        statement = f"MERGE INTO {delta_ref(path)} AS t USING {source} AS s ON {on} {clauses}"
-        with idempotent_dml(spark, app_id), commit_tag(spark, attempt):
-            spark.sql(statement).collect()
-
     try:
-        version = table_version(spark, path)
-        replaced = beaten(version)
-        log.info("silver at %s: %d stored copies beaten at version %d", path, replaced, version)
-        clauses = replace if replaced else insert
-        if clauses == insert:
-            probed()
-        attempt = slice_tag([writer])
-        merge(clauses, app_id, attempt)
-        if read_version(spark, path, attempt) != version and beaten(None):
-            log.info("silver at %s: a copy stored since the probe is beaten; replacing it", path)
-            merge(replace, None, slice_tag([writer]))
+        merging()
+        if not merge(app_id) and beaten():
+            log.info("silver at %s: a copy stored since the slice's MERGE is beaten", path)
+            merge(None)
     finally:
         spark.catalog.dropTempView(source)
 
@@ -271,7 +258,7 @@ def merge_survivors(
     kept: DataFrame,
     app_id: str | None,
     writer: str,
-    probed: Callable[[], None] = lambda: None,
+    merging: Callable[[], None] = lambda: None,
 ) -> Reach | None:
     """MERGE a slice's survivors into silver within their reach (the horizon window of
     their event dates and the far dates of their keys); return that reach (None, and no
@@ -299,7 +286,7 @@ def merge_survivors(
         reach,
         app_id,
         writer,
-        probed,
+        merging,
     )
     return reach
 
@@ -435,7 +422,7 @@ def write_slice(
             kept,
             merge_id,
             slice_id,
-            lambda: fault_point("silver.probed", settings, slice_id),
+            lambda: fault_point("silver.merging", settings, slice_id),
         )
 
     try:

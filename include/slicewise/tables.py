@@ -161,12 +161,6 @@ def commit_metrics(spark: SparkSession, path: str, attempt: str, recent: int = 5
     return None if commit is None else dict(commit["operationMetrics"] or {})
 
 
-def read_version(spark: SparkSession, path: str, attempt: str) -> int | None:
-    """The version the commit that carries `attempt` read (`tagged_commit`)."""
-    commit = tagged_commit(spark, path, attempt)
-    return None if commit is None or commit["readVersion"] is None else int(commit["readVersion"])
-
-
 # Delta's commit conflicts, by error condition: over Spark Connect they arrive as
 # generic Spark errors that carry the condition, not as delta.exceptions classes.
 CONFLICT_CONDITIONS = ("DELTA_CONCURRENT_", "DELTA_METADATA_CHANGED", "DELTA_PROTOCOL_CHANGED")

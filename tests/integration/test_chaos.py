@@ -625,10 +625,9 @@ def shared_topic(
 
 
 def racing_copy(spark, sl: Slice, rng: random.Random, row: Row) -> None:
-    """Silver's insert-only MERGE against a racer. The first `ingest` stops between its
-    probe of silver (nothing beaten) and its MERGE (`silver.probed`, the `wait` action);
-    then another writer stores a copy of one of the slice's keys, as a slice holding
-    another copy would: a copy the slice's beats (a higher position, most runs) must be
+    """Silver's MERGE against a racer. The first `ingest` stops just before its MERGE
+    (`silver.merging`, the `wait` action); then another writer stores a copy of one of
+    the slice's keys, as a slice holding another copy would: a copy the slice's beats (a higher position, most runs) must be
     replaced, a better one (the key's first record in its partition) must stay. The
     ingest goes on, its retries and the other steps run clean, and silver must hold
     exactly the winner of the two."""
@@ -636,13 +635,13 @@ def racing_copy(spark, sl: Slice, rng: random.Random, row: Row) -> None:
     from slicewise.transforms import survivors, valid_events
 
     sl.retry_until_done("plan")
-    marker = sl.settings.state_dir / "faults" / f"silver.probed-{sl.slice_id}"
+    marker = sl.settings.state_dir / "faults" / f"silver.merging-{sl.slice_id}"
     first = sl.launch(
-        "ingest", {"SLICEWISE_FAULTS": "silver.probed", "SLICEWISE_FAULT_ACTION": "wait"}
+        "ingest", {"SLICEWISE_FAULTS": "silver.merging", "SLICEWISE_FAULT_ACTION": "wait"}
     )
     while not marker.exists() and first.poll() is None:
         time.sleep(0.2)
-    assert marker.exists(), "the ingest ended without reaching its insert-only MERGE"
+    assert marker.exists(), "the ingest ended without reaching its MERGE"
     pipeline, silver_path = sl.settings.pipeline, sl.settings.table("silver")
     parsed = parsed_slice(spark, sl.settings, sl.slice_id)
     ours = (

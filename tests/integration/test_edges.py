@@ -564,7 +564,7 @@ def test_copies_far_apart_racing_end_as_one_row(
     real = silver.fault_point
 
     def hold(point, settings_, slice_id):
-        if point == "silver.probed" and slice_id == s.slice_id:
+        if point == "silver.merging" and slice_id == s.slice_id:
             looked_up.set()
             assert go.wait(120)
         real(point, settings_, slice_id)

@@ -159,7 +159,7 @@ POINT_AFTER = {
     ("plan", 0): "plan.resolved",
     ("ingest", 0): "bronze.committed",
     ("ingest", 3): "silver.quarantined",
-    ("ingest", 5): "silver.probed",
+    ("ingest", 5): "silver.merging",
     ("ingest", 6): "silver.merged",
     ("gate", 3): "gate.validated",
     ("publish", 2): "publish.gold_written",
@@ -337,7 +337,7 @@ def ingest(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
         src = m.survivors(w, p, s)
         reach = m.reach(w, p, s, set(src), {c.date for c in src.values()})
         return w, (frozenset(reach), len(m.versions(w, p)) - 1), 6
-    if pc == 6:  # the MERGE commits (silver.probed sits before an insert-only one)
+    if pc == 6:  # the MERGE commits (silver.merging sits just before it)
         reach, read = loc
         if (p, "merge", s) in w.appended:  # Delta skips a spent idempotent-write id
             return w, loc, 7
