@@ -334,7 +334,7 @@ STRIKES: dict[str, Strike] = {
 }
 MIXED = "mixed"
 FAILED_GATE = "failed-gate"  # a slice's gate fails while the next one arrives (mixed strikes)
-RACING_COPY = "racing-copy"  # a writer stores a copy of a key between silver's probe and MERGE
+RACING_COPY = "racing-copy"  # a writer stores a copy of a key just before silver's MERGE
 WORKER_KILLED = "worker-killed"  # through Airflow: a CeleryExecutor worker on another host
 RETRIED_MERGE = "retried-merge"  # a MERGE killed before its record, a failing gate, a publication
 SHARED_TOPIC = "shared-topic"  # two pipelines on one topic under one SLICEWISE_LEDGER_DIR
