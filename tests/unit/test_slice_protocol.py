@@ -142,7 +142,7 @@ def test_the_designed_protocol_holds_in_every_reachable_state(hole: str) -> None
 
 
 # The fixes the code does not ship yet: their holes are still open in it.
-OPEN: set[str] = set()
+OPEN: set[str] = {"gate_reach_of_silver"}
 
 
 def test_the_shipped_flags_are_the_fixes_that_landed() -> None:
@@ -215,12 +215,38 @@ def test_gold_goes_stale_when_a_publication_skips_the_far_dates(monkeypatch) -> 
     # The check `stale_gold` bites: a gate that recorded only its own window.
     real = slice_protocol.gate_check
 
-    def window_only(m, w, p, s, version):
-        ok, rows, _ = real(m, w, p, s, version)
+    def window_only(m, w, p, s, version, recorded=None):
+        ok, rows, _ = real(m, w, p, s, version, recorded)
         return ok, rows, frozenset(m.window({d for (t, _, d) in get(w.ids, p) if t == s}))
 
     monkeypatch.setattr(slice_protocol, "gate_check", window_only)
     assert "stale_gold" in explore(FAR_PUBLISHED, SHIPPED).found
+
+
+def test_a_gate_proving_the_reach_ingest_recorded_misses_no_row() -> None:
+    # The next cut (OPEN): the gate proves, as of its slice's last commit, the reach
+    # ingest recorded after its MERGE, instead of looking the far dates up again.
+    for scenario in (
+        FAR_PUBLISHED,
+        *(HOLES[h][0] for h in ("far copies racing", "zombie cleans up after its gate")),
+    ):
+        report = explore(scenario, DESIGNED)
+        assert report.quiet > 0
+        assert not report.found, report.describe()
+
+
+def test_a_gate_proving_a_reach_without_the_far_dates_is_caught(monkeypatch) -> None:
+    # The control: had ingest recorded only the slice's own window, a gate proving it
+    # misses the far row (its slice fails for ever, and gold goes stale).
+    real = slice_protocol.gate_check
+
+    def window_only(m, w, p, s, version, recorded=None):
+        if recorded is not None:
+            recorded = frozenset(m.window({d for (t, _, d) in get(w.ids, p) if t == s}))
+        return real(m, w, p, s, version, recorded)
+
+    monkeypatch.setattr(slice_protocol, "gate_check", window_only)
+    assert {"wedged", "stale_gold"} <= explore(FAR_PUBLISHED, DESIGNED).found
 
 
 def test_the_model_names_the_codes_fault_points() -> None:
