@@ -70,7 +70,10 @@ class Protocol:
     # The gate, validating silver as of its slice's last commit, proves the reach the
     # slice's ingest recorded after its MERGE (False: it looks the far dates up again).
     # Not a fix, and not shipped yet: one far-date lookup fewer a slice, which the
-    # invariants must show loses nothing.
+    # invariants must show loses nothing. Before it ships: this model has no replay that
+    # re-gates another slice (`replay.withdraw_stricter`'s `regate`) after a third slice
+    # moved one of that slice's keys to a date of its own, nor a replay that adds keys to
+    # its own slice; there the code must look the far dates up again.
     gate_reach_of_silver: bool = False
 
 
