@@ -178,6 +178,11 @@ def static_conf() -> dict[str, str]:
         # CPU than it saved (on 500,000 records, the parse and its cache took 3-6 s
         # uncompressed against 4.5-11 s compressed).
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
+        # A slice compiles ~240 generated classes (its queries, Delta's commits, the
+        # gate's); Spark's cache keeps 100, so each slice evicted what the next one
+        # needed and compiled everything again. With room for the working set a warm
+        # driver compiles ~6 a slice (bench/results/NOTES.md, 2026-12-05, later).
+        "spark.sql.codegen.cache.maxEntries": "1000",
     }
 
 
