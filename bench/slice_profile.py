@@ -147,14 +147,21 @@ def main() -> None:
         settings = load_settings(env)
         produce_minutes(settings, first, count)
         spark = workloads.session(settings)
+        # Spark's own count of generated classes compiled (its cache's misses).
+        compiled = (
+            spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+        )
         per_slice = []
         for i in range(count):
             at = first + i * timedelta(minutes=1)
             timer.on = i >= MINUTE_WARMUP
+            if i == MINUTE_WARMUP:
+                compiled_before = compiled.getCount()
             run = workloads.w2_once(spark, settings, at, at + timedelta(minutes=1))
             if timer.on:
                 per_slice.append(run["seconds"])
         timer.on = False
+        compilations = (compiled.getCount() - compiled_before) / args.slices
     n = args.slices
     rows = sorted(
         (
@@ -173,6 +180,7 @@ def main() -> None:
         "slices": n,
         "records": MINUTE_RECORDS,
         "slice_seconds_median": statistics.median(per_slice),
+        "codegen_compilations_per_slice": compilations,
         "steps": {
             s: timer.total.get(f"{m}.{s}", 0) / n
             for m, s in (
@@ -186,7 +194,8 @@ def main() -> None:
     }
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"slice median {result['slice_seconds_median']:.2f} s; steps " + ", ".join(
-        f"{k} {v:.2f}" for k, v in result["steps"].items()))  # fmt: skip
+        f"{k} {v:.2f}" for k, v in result["steps"].items())
+        + f"; {compilations:.1f} classes compiled a slice")  # fmt: skip
     print(f"{'own s':>7} {'total s':>8} {'calls':>6}  function (per slice, mean of {n})")
     for r in rows[:45]:
         print(f"{r['own_s']:7.3f} {r['total_s']:8.3f} {r['calls']:6.1f}  {r['name']}")
