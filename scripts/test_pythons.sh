@@ -11,13 +11,11 @@
 # The tiers write bytecode as they import instead (even where PYTHONDONTWRITEBYTECODE is
 # set), so the subprocesses a test starts find it. On 3.12, install and tier took 47 s
 # of CPU this way against 53 s with `--compile-bytecode` (2026-12-05).
-#   scripts/test_pythons.sh [install|run]   # one phase (make test runs both beside pytest)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-phase=${1:-all}
 versions=${SLICEWISE_TEST_PYTHONS:-3.10 3.12 3.13}
 pyenv_root=${PYENV_ROOT:-$HOME/.pyenv}
-[[ $phase == run ]] || for v in $versions; do
+for v in $versions; do
   python=$(ls -d "$pyenv_root"/versions/"$v".*/bin/python"$v" 2>/dev/null | sort -V | tail -1)
   [[ -n $python ]] || { echo "Python $v is needed for the unit tier (pyenv install $v)" >&2; exit 1; }
   venv=.venv-py$v
@@ -26,7 +24,6 @@ pyenv_root=${PYENV_ROOT:-$HOME/.pyenv}
   VIRTUAL_ENV=$venv .venv/bin/uv pip install -q -e ".[airflow]" -e scripts/dev-package \
     "pytest>=8" "pytest-xdist>=3.6" "pytest-timeout>=2.3" "hypothesis>=6.100"
 done
-[[ $phase != install ]] || exit 0
 logs=$(mktemp -d)
 declare -A tier
 for v in $versions; do
