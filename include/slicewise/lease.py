@@ -71,7 +71,7 @@ class PlanningLease:
     def intend(self, boundary: bytes) -> None:
         """Claim the store of one boundary under this lease; raises `LeaseLost` if the
         lease expired or was taken over (then nothing may be stored)."""
-        if datetime.now(timezone.utc) >= self.expires_at or not self.store.create(
+        if _now() >= self.expires_at or not self.store.create(
             _intent_key(self.generation, self.intents), boundary
         ):
             raise LeaseLost(
@@ -100,7 +100,7 @@ def planning_lease(
         kept = generations(store)
         latest = kept[-1] if kept else 0
         held = _read(store, _lease_key(latest)) if kept else None
-        now = datetime.now(timezone.utc)
+        now = _now()
         if held is not None and not held.get("released"):
             if datetime.fromisoformat(held["expires_at"]) >= now:
                 time.sleep(0.2)
@@ -154,6 +154,10 @@ def _forget(store: Store, kept: list[int], now: datetime) -> None:
             if key.endswith(".intent"):
                 store.delete(key)
         store.delete(_lease_key(generation))
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
 
 
 def _read(store: Store, key: str) -> dict | None:
