@@ -3,7 +3,8 @@
 Each call builds a fresh *ephemeral* GX context: nothing lands in the repo (no `gx/`) and
 repeated calls never collide on names. Only the Data Docs site and the JSON it is rendered
 from (`docs_dir/_gx_store/`) go to disk, because GX's site builder deletes every page whose
-source result it cannot find: an in-memory store would wipe earlier runs' pages.
+source result it cannot find: an in-memory store would wipe earlier runs' pages. The
+site keeps the newest `KEPT_RESULTS` validations (every one is kept in the lakehouse).
 That store and the site are shared by every gate of a pipeline, so a validation holds an
 exclusive lock on the docs folder: two gates at once (a backfill's runs side by side)
 would otherwise read each other's half-written suite files and fail. The wait is bounded:
@@ -47,6 +48,11 @@ from great_expectations.data_context.types.base import (  # noqa: E402
 from pyspark.sql import DataFrame  # noqa: E402
 
 SITE_NAME = "local_site"
+# The local site keeps the newest validations only: its index loads every result the
+# store holds, so a store that only grew made each gate slower with the pipeline's age
+# (0.28 s at 100 results, 0.56 s at 400). Every page and result is kept in the
+# lakehouse (`data_docs.keep`), where `slicewise docs --slice-id` finds it.
+KEPT_RESULTS = 100
 SAMPLE_SIZE = 20  # offending values kept per failed expectation
 LOCK_WAIT_SECONDS = 60.0  # a pandas validation holds the lock for about a second
 log = logging.getLogger(__name__)
@@ -152,6 +158,7 @@ def validate(
             run_id = gx.RunIdentifier(
                 run_name=_key_safe(run_name), run_time=dt.datetime.now(dt.timezone.utc)
             )
+            _forget_old_results(site)
             outcome = checkpoint.run(batch_parameters={"dataframe": df}, run_id=run_id)
             ((key, result),) = outcome.run_results.items()
             urls = context.get_docs_sites_urls(resource_identifier=key, site_name=SITE_NAME)
@@ -191,6 +198,21 @@ def _site_for(docs_dir: Path, run_name: str) -> Iterator[Path]:
         docs_dir, LOCK_WAIT_SECONDS, run_name, apart,
     )  # fmt: skip
     yield apart
+
+
+def _forget_old_results(site: Path) -> None:
+    """Delete all but the newest `KEPT_RESULTS` - 1 results of the local site, with
+    their pages and the folders they leave empty, so this validation's is among the
+    newest `KEPT_RESULTS` and a gate lists and loads a bounded number of files."""
+    results, pages = site / "_gx_store" / "validations", site / "validations"
+    found = sorted(results.rglob("*.json"), key=lambda p: p.stat().st_mtime)
+    for old in found[: max(0, len(found) - (KEPT_RESULTS - 1))]:
+        page = pages / old.relative_to(results).with_suffix(".html")
+        for path, root in ((old, results), (page, pages)):
+            path.unlink(missing_ok=True)
+            while path.parent != root and path.parent.is_dir() and not any(path.parent.iterdir()):
+                path.parent.rmdir()
+                path = path.parent
 
 
 def _lock(handle: IO[str], wait: float) -> bool:

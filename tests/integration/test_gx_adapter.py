@@ -185,6 +185,22 @@ def test_repeated_validations_keep_every_run(spark: SparkSession, docs_dir: Path
         assert f"validations/{suite}/" in index
 
 
+def test_the_local_site_keeps_the_newest_results_only(tmp_path: Path, monkeypatch) -> None:
+    """A gate's cost may not grow with the pipeline's age: the local site keeps the
+    newest `KEPT_RESULTS` results and pages, and no folder the older ones left."""
+    monkeypatch.setattr(gx_adapter, "KEPT_RESULTS", 3)
+    suite = [gxe.ExpectColumnValuesToBeBetween(column="read", min_value=0)]
+    for n in range(5):
+        validate(pd.DataFrame([{"read": n}]), "slice_facts", suite, tmp_path, f"slice-{n}")
+    results = tmp_path / "_gx_store" / "validations" / "slice_facts"
+    pages = tmp_path / "validations" / "slice_facts"
+    for folder, suffix in ((results, ".json"), (pages, ".html")):
+        assert sorted(p.name for p in folder.iterdir()) == ["slice-2", "slice-3", "slice-4"]
+        assert len(list(folder.rglob(f"*{suffix}"))) == 3
+    index = (tmp_path / "index.html").read_text()
+    assert "slice-4" in index and "slice-0" not in index
+
+
 def test_missing_column_is_reported_not_raised(spark: SparkSession, docs_dir: Path) -> None:
     report = validate(
         events(spark, ["e-1"]),
