@@ -102,6 +102,7 @@ class AirflowServices:
     ) -> None:
         (self.port,) = free_ports(1)
         self.dag_ids = dag_ids
+        self.scheduled = scheduled
         self.host = host
         self.celery = celery
         self.env = {
@@ -143,8 +144,9 @@ class AirflowServices:
     def start(self, timeout: float = 180) -> None:
         migrate(self.env)
         airflow(self.env, "dags", "reserialize")  # no dag-processor: the DAGs are parsed once
-        for dag_id in self.dag_ids:
-            airflow(self.env, "dags", "unpause", dag_id)
+        if self.scheduled:  # else every DAG was created unpaused (an `airflow` call is ~3 s)
+            for dag_id in self.dag_ids:
+                airflow(self.env, "dags", "unpause", dag_id)
         self._children = [self._start(c) for c in self.components]
         # Ready once the execution API answers: its first request takes seconds (the app
         # is built lazily), which the first task would otherwise wait out.
