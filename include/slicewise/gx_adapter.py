@@ -50,7 +50,7 @@ from pyspark.sql import DataFrame  # noqa: E402
 SITE_NAME = "local_site"
 # The local site keeps the newest validations only: its index loads every result the
 # store holds, so a store that only grew made each gate slower with the pipeline's age
-# (0.28 s at 100 results, 0.56 s at 400). Every page and result is kept in the
+# (bench/results/NOTES.md, 2026-12-05 evening). Every page and result is kept in the
 # lakehouse (`data_docs.keep`), where `slicewise docs --slice-id` finds it.
 KEPT_RESULTS = 100
 SAMPLE_SIZE = 20  # offending values kept per failed expectation
