@@ -211,9 +211,9 @@ def other_copies(
             keys, key, "left_semi"
         )
         kept = dedup_within(copies, settings.pipeline)
-        reach = merge_survivors(spark, settings, kept, None, other)
-        if reach is not None:
-            spans.extend(reach.ranges())
+        into = merge_survivors(spark, settings, kept, None, other)
+        if into is not None:
+            spans.extend(into.reach.ranges())
             merged.append(other)
     if not spans:
         return None, merged

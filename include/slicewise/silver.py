@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.types import StructField, StructType
 
 from slicewise.avro import AvroSchemas, unreadable
@@ -35,7 +35,7 @@ from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
 from slicewise.pipelines import Pipeline
-from slicewise.schemas import BRONZE, KAFKA_POSITION, QUARANTINE, silver_schema, slice_ids_schema
+from slicewise.schemas import BRONZE, QUARANTINE, silver_schema, slice_ids_schema
 from slicewise.slices import Slice
 from slicewise.tables import (
     append_slice_once,
@@ -52,6 +52,7 @@ from slicewise.transforms import (
     duplicated,
     event_date_span,
     horizon_window,
+    kept_once,
     quarantined,
     slice_ids,
     survivors,
@@ -204,8 +205,10 @@ def merge_into_silver(
     app_id: str | None,
     writer: str,
     merging: Callable[[], None] = lambda: None,
-) -> None:
+    sources: int | None = None,
+) -> bool:
     """Insert new keys; replace a stored copy only by one the survivor rule prefers.
+    Whether it may have stored a copy twice (`copied_twice`); `sources`: how many events.
 
     One MERGE, idempotent by content: a copy in silver is replaced only by an event
     that beats it, and a writer that commits in between fails its commit (Delta's
@@ -217,6 +220,13 @@ def merge_into_silver(
     asked for a copy the slice still beats, and the MERGE runs again without its id.
     Each commit is tagged with `writer`, the slice whose gate must see its rows
     (`commits.slice_tag`). `merging` runs just before the MERGE (a fault point).
+
+    Delta's MERGE updates every stored row an event matches: where silver holds a key
+    twice within the reach (two slices racing with copies far apart, before either
+    cleaned up: `settle_far_copies`), an event that beats both is then stored twice,
+    the same copy on two rows. Its metrics show it (more rows updated and inserted than
+    events), and the caller's clean-up then runs; a MERGE Delta skipped has no metrics
+    left, so it counts as one that may have.
     """
     ensure_silver(spark, path, pipeline)
     # SQL rather than DeltaTable.merge: the same statement runs in-process and over
@@ -229,10 +239,10 @@ def merge_into_silver(
         f"WHEN MATCHED AND {beats_sql(pipeline)} THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
     )
 
-    def merge(app_id: str | None) -> bool:
-        """Whether the MERGE ran (False: Delta skipped it, `app_id` committed before)."""
+    def merge(app_id: str | None) -> Row | None:
+        """The MERGE's metrics (None: Delta skipped it, `app_id` committed before)."""
         with idempotent_dml(spark, app_id), commit_tag(spark, slice_tag([writer])):
-            return bool(spark.sql(statement).collect())
+            return next(iter(spark.sql(statement).collect()), None)
 
     def beaten() -> int:
         """How many stored copies an event beats."""
@@ -245,11 +255,27 @@ def merge_into_silver(
 
     try:
         merging()
-        if not merge(app_id) and beaten():
-            log.info("silver at %s: a copy stored since the slice's MERGE is beaten", path)
-            merge(None)
+        metrics = merge(app_id)
+        if metrics is None:
+            if beaten():
+                log.info("silver at %s: a copy stored since the slice's MERGE is beaten", path)
+                merge(None)
+            return True
     finally:
         spark.catalog.dropTempView(source)
+    return sources is None or copied_twice(metrics, sources)
+
+
+def copied_twice(metrics: Row, sources: int) -> bool:
+    """Whether a MERGE of `sources` events replaced two stored rows with one of them: each
+    event updates or inserts one row unless it matched a key stored twice."""
+    return int(metrics["num_updated_rows"]) + int(metrics["num_inserted_rows"]) > sources
+
+
+@dataclass(frozen=True)
+class Merged:
+    reach: Reach  # the dates the MERGE looked at
+    copied: bool  # it may have stored a copy twice (`merge_into_silver`)
 
 
 def merge_survivors(
@@ -259,7 +285,7 @@ def merge_survivors(
     app_id: str | None,
     writer: str,
     merging: Callable[[], None] = lambda: None,
-) -> Reach | None:
+) -> Merged | None:
     """MERGE a slice's survivors into silver within their reach (the horizon window of
     their event dates and the far dates of their keys); return that reach (None, and no
     MERGE, when the slice has no valid event). `writer`: the slice whose gate must see
@@ -278,7 +304,7 @@ def merge_survivors(
             ", ".join(d.isoformat() for d in reach.far),
             reach.describe(),
         )
-    merge_into_silver(
+    copied = merge_into_silver(
         spark,
         settings.table("silver"),
         pipeline,
@@ -287,8 +313,9 @@ def merge_survivors(
         app_id,
         writer,
         merging,
+        sources=int(span["rows"]),
     )
-    return reach
+    return Merged(reach, copied)
 
 
 def withdraw(
@@ -319,11 +346,11 @@ def withdraw(
 
 
 def settle_far_copies(
-    spark: SparkSession, settings: Settings, slice_id: str, merged: Reach | None
+    spark: SparkSession, settings: Settings, slice_id: str, merged: Merged | None
 ) -> Reach | None:
-    """After the MERGE (whose reach was `merged`; None: no valid event), the slice's far
-    dates looked up again; where there are any, each of the slice's keys keeps only its
-    survivor's row in the reach. The reach now.
+    """After the MERGE (`merged`; None: no valid event), the slice's far dates looked up
+    again; where there are any, or where the MERGE may have stored a copy twice, each of
+    the slice's keys keeps only its survivor's row in the reach. The reach now.
 
     Of two slices with copies of a key far apart, the one that looks up later finds the
     other's date (each records its ids before its lookup), but the other's MERGE, which
@@ -331,26 +358,29 @@ def settle_far_copies(
     Delta sees no conflict, and the key has two rows. The later committer's lookup here
     finds the other's date. Wherever far dates exist the rows are checked, whatever
     this attempt's MERGE read: a retry's MERGE may be the first attempt's, skipped by
-    Delta. The DELETE is tagged with each slice, this one or another holding a row of
-    such a key, whose gate has not passed: its gate, pinned at its own last commit, may
-    have seen the two rows, and must see the one now. One whose gate passed saw one row,
-    and the DELETE adds none: tagged, it would hold every later publication for a gate
-    nobody runs again (this slice's own, when this attempt is a zombie finishing after
-    its retry's gate; the protocol model's `settle_tags_unproved`). Almost always there
-    is no far date: one lookup and nothing else."""
+    Delta. A third slice whose copy beats both rows before either is cleaned up stores
+    its copy on both (`merge_into_silver`), so the clean-up keeps one row of the copy
+    (`keep_one`), not none. It is tagged with each slice, this one or another holding a
+    row of such a key, whose gate has not passed: its gate, pinned at its own last
+    commit, may have seen the two rows, and must see the one now. One whose gate passed
+    saw one row, and the clean-up adds none: tagged, it would hold every later
+    publication for a gate nobody runs again (this slice's own, when this attempt is a
+    zombie finishing after its retry's gate; the protocol model's
+    `settle_tags_unproved`). Almost always there is no far date and no copy stored
+    twice: one lookup and nothing else."""
     if merged is None:
         return None
-    pipeline, path = settings.pipeline, settings.table("silver")
+    pipeline = settings.pipeline
     key = list(pipeline.key_columns)
     keys = recorded_ids(spark, settings, slice_id).select(*key)
-    reach = reach_of(spark, settings, keys, merged.window)
-    if not reach.far:
+    reach = reach_of(spark, settings, keys, merged.reach.window)
+    if not reach.far and not merged.copied:
         return reach
     rows = silver_window(spark, settings, reach).join(keys, key, "left_semi")
-    found = duplicated(rows, pipeline).select(*key, "slice_id", *KAFKA_POSITION, "beaten").collect()
+    duplicates = duplicated(rows, pipeline)
+    found = duplicates.select("slice_id").collect()
     if not found:
         return reach
-    losers = [r for r in found if r.beaten]
     ledger = Ledger.of(settings)
     unproved = [
         o
@@ -358,24 +388,49 @@ def settle_far_copies(
         if not (ledger.step(o, "gate") or {}).get("success")
     ]
     log.warning(
-        "silver of %s: keys stored twice, at far dates, by slices racing it; deleting "
-        "the %d row(s) not their key's survivor",
+        "silver of %s: %d row(s) of keys stored twice (copies far apart, by slices racing "
+        "it); keeping each key's survivor once",
         slice_id,
-        len(losers),
+        len(found),
     )
-    source = f"beaten_{uuid.uuid4().hex}"
-    spark.createDataFrame(losers).createOrReplaceTempView(source)
-    same_copy = " AND ".join(f"t.{c} = s.{c}" for c in KAFKA_POSITION)
-    try:
-        with commit_tag(spark, slice_tag(unproved)):
-            spark.sql(
-                f"MERGE INTO {delta_ref(path)} AS t USING {source} AS s "
-                f"ON {reach.sql('t.event_date')} AND {key_match_sql(pipeline)} AND {same_copy} "
-                "WHEN MATCHED THEN DELETE"
-            ).collect()
-    finally:
-        spark.catalog.dropTempView(source)
+    with commit_tag(spark, slice_tag(unproved)):
+        keep_one(spark, settings.table("silver"), pipeline, reach, duplicates)
     return reach
+
+
+def keep_one(
+    spark: SparkSession, path: str, pipeline: Pipeline, reach: Reach, duplicates: DataFrame
+) -> None:
+    """One MERGE: the rows of keys stored twice (`duplicates`, from
+    `transforms.duplicated`) are deleted, and each key's survivor among them is written
+    back once. The rows go from silver to the MERGE inside Spark, values untouched.
+
+    Deleting only the beaten rows by Kafka position is not enough: two rows may be the
+    same copy, and its position then names both. Rows stored since `duplicates` was
+    read (their positions unseen) stay, unless the survivor beats them: then the
+    survivor replaces them, as a MERGE of it would. Delta fails the commit if another
+    writer changed the reach meanwhile, and the step's retry reads again."""
+    columns = [f.name for f in silver_schema(pipeline).fields]
+    view = f"kept_once_{uuid.uuid4().hex}"
+    kept_once(duplicates, pipeline, columns).createOrReplaceTempView(view)
+    position = "concat_ws(':', t.kafka_partition, t.kafka_offset)"
+    quoted = ", ".join(f"`{c}`" for c in columns)
+    try:
+        spark.sql(
+            f"MERGE INTO {delta_ref(path)} AS t USING {view} AS s "
+            f"ON {reach.sql('t.event_date')} AND {key_match_sql(pipeline)} AND ("
+            "(s._op = 'delete' AND t.kafka_partition = s.kafka_partition "
+            "AND t.kafka_offset = s.kafka_offset) "
+            f"OR (s._op = 'keep' AND NOT array_contains(s._seen, {position}))) "
+            "WHEN MATCHED AND s._op = 'delete' THEN DELETE "
+            f"WHEN MATCHED AND s._op = 'keep' AND {beats_sql(pipeline)} THEN UPDATE SET "
+            + ", ".join(f"`{c}` = s.`{c}`" for c in columns)
+            + f" WHEN NOT MATCHED AND s._op = 'keep' THEN INSERT ({quoted}) VALUES ("
+            + ", ".join(f"s.`{c}`" for c in columns)
+            + ")"
+        ).collect()
+    finally:
+        spark.catalog.dropTempView(view)
 
 
 # Writes a slice's rows of a table it owns by slice (quarantine, slice_ids): (rows, table).
@@ -390,7 +445,7 @@ def write_slice(
     store: SliceStore,
     merge_id: str | None,
     quarantine_last: bool = False,
-) -> Reach | None:
+) -> Merged | None:
     """Quarantine, `slice_ids` and the MERGE from the slice's `parsed` rows (cached by the
     caller, unpersisted here once written); the MERGE's reach (None: no valid event).
 
@@ -414,7 +469,7 @@ def write_slice(
         store(quarantined(parsed), "quarantine")
         fault_point("silver.quarantined", settings, slice_id)
 
-    def ids_then_merge() -> Reach | None:
+    def ids_then_merge() -> Merged | None:
         store(slice_ids(kept, pipeline), "slice_ids")
         return merge_survivors(
             spark,
@@ -427,14 +482,14 @@ def write_slice(
 
     try:
         if quarantine_last:
-            reach = ids_then_merge()
+            merged = ids_then_merge()
             quarantine()
         else:
-            _, reach = side_by_side(quarantine, ids_then_merge)
+            _, merged = side_by_side(quarantine, ids_then_merge)
     finally:
         parsed.unpersist()
         kept.unpersist()
-    return reach
+    return merged
 
 
 @dataclass(frozen=True)
@@ -480,11 +535,11 @@ def merge_slice(
         path = settings.table(table)
         append_slice_once(rows, path, schemas[table], slice_id, app_id, metadata, forgotten)
 
-    reach = write_slice(
+    merged = write_slice(
         spark, settings, slice_id, parsed, append, merge_id=f"slicewise/silver/{slice_id}"
     )
     fault_point("silver.merged", settings, slice_id)
-    reach = settle_far_copies(spark, settings, slice_id, reach)
+    reach = settle_far_copies(spark, settings, slice_id, merged)
 
     result = SilverResult(slice_id, reach)
     ledger.record_step(

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from slicewise.contract import survivor_order
 from slicewise.pipelines import Pipeline
-from slicewise.schemas import QUARANTINE, silver_schema, slice_ids_schema
+from slicewise.schemas import KAFKA_POSITION, QUARANTINE, silver_schema, slice_ids_schema
 from slicewise.tables import conform
 
 
@@ -58,6 +58,25 @@ def duplicated(rows: DataFrame, pipeline: Pipeline) -> DataFrame:
     )
 
 
+def kept_once(duplicates: DataFrame, pipeline: Pipeline, columns: list[str]) -> DataFrame:
+    """From `duplicated`: the source of the MERGE that stores each key once
+    (`silver.keep_one`): a `delete` row per distinct copy read, and a `keep` row, the
+    key's survivor, each with `_seen`, the positions read of its key ("partition:offset")."""
+    key = list(pipeline.key_columns)
+    rows = duplicates.withColumn(
+        "_seen",
+        F.array_sort(
+            F.collect_set(F.concat_ws(":", *KAFKA_POSITION)).over(Window.partitionBy(*key))
+        ),
+    )
+    return (
+        rows.dropDuplicates([*key, *KAFKA_POSITION])
+        .withColumn("_op", F.lit("delete"))
+        .unionByName(rows.where(~F.col("beaten")).withColumn("_op", F.lit("keep")))
+        .select(*columns, "_op", "_seen")
+    )
+
+
 def slice_ids(kept: DataFrame, pipeline: Pipeline) -> DataFrame:
     """From `survivors`: one row per distinct key of a slice's valid events, how many
     copies the slice held and its surviving copy's event_date. What the gate and
@@ -66,8 +85,13 @@ def slice_ids(kept: DataFrame, pipeline: Pipeline) -> DataFrame:
 
 
 def event_date_span(ids: DataFrame) -> DataFrame:
-    """One row: the first and last event_date of a slice's events (nulls when it has none)."""
-    return ids.agg(F.min("event_date").alias("first"), F.max("event_date").alias("last"))
+    """One row: the first and last event_date of a slice's events (nulls when it has none),
+    and how many `rows` it has."""
+    return ids.agg(
+        F.min("event_date").alias("first"),
+        F.max("event_date").alias("last"),
+        F.count("*").alias("rows"),
+    )
 
 
 def horizon_window(first: date, last: date, horizon_days: int) -> tuple[date, date]:

@@ -586,6 +586,67 @@ def test_copies_far_apart_racing_end_as_one_row(
     assert gold_events(spark, settings) == 2
 
 
+def test_a_copy_stored_twice_by_a_merge_ends_as_one_row(
+    spark, pipeline_factory, new_topic, tmp_path, monkeypatch
+):
+    """A (hour 1, a copy of `k` 40 days back) and C (hour 2, one today) race: C records
+    its ids and looks up far dates (none yet), then waits before its MERGE; A finds C's
+    date, MERGEs first at its own, and C's MERGE, which read only its own window, stores
+    `k` a second time. Before C's clean-up runs, Z (hour 0, the lowest position, a copy
+    20 days back, with keys of its own at both ends so that its window holds both
+    rows) MERGEs: Delta updates both rows with Z's copy, the same copy stored twice.
+    Z's clean-up must keep that copy once (deleting by position took both rows: the key
+    was lost), C's gate, which proves silver at C's own commit where `k` had two rows,
+    must pass on silver as it is now, and every slice publishes `k` once."""
+    import slicewise.silver as silver
+
+    topic = new_topic(1)
+    spec = tmp_path / "events.yaml"
+    spec.write_text(definition(topic))
+    settings, producer = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(spec))
+    producer.send(
+        [
+            Record(event_value("k", T0 - timedelta(days=20)), 0, at(0.5)),
+            Record(event_value("z-early", T0 - timedelta(days=40)), 0, at(0.6)),
+            Record(event_value("z-late", T0), 0, at(0.7)),
+        ]
+    )
+    producer.send([Record(event_value("k", T0 - timedelta(days=40)), 0, at(1.5))])
+    producer.send([Record(event_value("k", T0), 0, at(2.5))])
+    z, a, c = (plan_slice(settings, at(h), at(h + 1), now=LATER) for h in (0, 1, 2))
+    at_point = {p: (threading.Event(), threading.Event()) for p in ("merging", "merged")}
+    real = silver.fault_point
+
+    def hold(point, settings_, slice_id):
+        if slice_id == c.slice_id and point.startswith("silver."):
+            reached, go = at_point.get(point.split(".")[1], (None, None))
+            if reached is not None:
+                reached.set()
+                assert go.wait(300)
+        real(point, settings_, slice_id)
+
+    monkeypatch.setattr(silver, "fault_point", hold)
+    with ThreadPoolExecutor(1) as pool:
+        racing = pool.submit(run_ingest, spark, settings, c.slice_id)
+        assert at_point["merging"][0].wait(300)
+        run_ingest(spark, settings, a.slice_id)
+        at_point["merging"][1].set()
+        assert at_point["merged"][0].wait(300)
+        stored = spark.read.format("delta").load(settings.table("silver"))
+        assert stored.where("event_id = 'k'").count() == 2  # the race stored `k` twice
+        run_ingest(spark, settings, z.slice_id)
+        at_point["merged"][1].set()
+        racing.result(300)
+    silver_rows = spark.read.format("delta").load(settings.table("silver"))
+    rows = sorted((r.event_id, r.kafka_offset) for r in silver_rows.collect())
+    assert rows == [("k", 0), ("z-early", 1), ("z-late", 2)]
+    for sl in (z, a, c):
+        assert run_gate(spark, settings, sl.slice_id)["success"], sl.slice_id
+    for sl in (z, a, c):
+        run_publish(spark, settings, sl.slice_id)
+    assert gold_events(spark, settings) == 3
+
+
 def test_copies_far_apart_end_as_one_row_in_any_order(
     spark_remote, pipeline_factory, new_topic, tmp_path
 ):

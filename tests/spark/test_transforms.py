@@ -20,9 +20,11 @@ from slicewise.pipelines import (
 )
 from slicewise.transforms import (
     dedup_within,
+    duplicated,
     event_date_span,
     events_per_hour,
     horizon_window,
+    kept_once,
     quarantined,
     slice_ids,
     survivors,
@@ -181,6 +183,32 @@ def test_slice_ids_count_copies_and_keep_the_survivors_date(spark):
     span = event_date_span(ids).first()
     assert (span["first"], span["last"]) == (date(2026, 10, 30), date(2026, 11, 1))
     assert event_date_span(ids.limit(0)).first()["first"] is None
+
+
+def test_a_copy_stored_twice_is_deleted_on_both_rows_and_kept_once(spark):
+    # `a`: one copy on two rows (a MERGE matched two rows of it); `b`: two copies.
+    rows = spark.createDataFrame(
+        [("a", 0, 3), ("a", 0, 3), ("b", 1, 7), ("b", 0, 9), ("c", 0, 1)],
+        "event_id string, kafka_partition int, kafka_offset long",
+    )
+    source = kept_once(
+        duplicated(rows, EVENTS), EVENTS, ["event_id", "kafka_partition", "kafka_offset"]
+    )
+    assertDataFrameEqual(
+        source,
+        spark.createDataFrame(
+            [
+                ("a", 0, 3, "delete", ["0:3"]),
+                ("a", 0, 3, "keep", ["0:3"]),
+                ("b", 1, 7, "delete", ["0:9", "1:7"]),
+                ("b", 0, 9, "delete", ["0:9", "1:7"]),
+                ("b", 0, 9, "keep", ["0:9", "1:7"]),
+            ],
+            "event_id string, kafka_partition int, kafka_offset long, _op string, "
+            "_seen array<string>",
+        ),
+        checkRowOrder=False,
+    )
 
 
 def test_the_horizon_window_and_its_hours():

@@ -18,7 +18,8 @@ run) that an on-call's clean rerun of every unfinished task publishes everything
   picks among the valid copies of the slices processed, whatever the order;
 * `quarantined_and_stored`: once quiet, no copy is in quarantine and in silver;
 * `waits_for_later`: a publication waits for the gate of a slice that committed after
-  its own last commit;
+  its own last commit (or, where its gate failed there and fell back to silver as it
+  was then, after the version that gate proved);
 * `wedged`: a quiet state from which the on-call's rerun does not publish every
   slice;
 * `stale_gold`: once the on-call's rerun has published every slice, a date of gold
@@ -75,6 +76,18 @@ class Protocol:
     # moved one of that slice's keys to a date of its own, nor a replay that adds keys to
     # its own slice; there the code must look the far dates up again.
     gate_reach_of_silver: bool = False
+    # A clean-up of a key stored twice deletes every row of the key it read and writes
+    # the survivor back once (False: it deleted the losers by Kafka position, which also
+    # deleted the survivor where a MERGE had copied it onto two rows: the key was lost).
+    settle_keeps_one: bool = False
+    # The MERGE's own metrics tell when it replaced several rows of a key (a copy written
+    # twice): the clean-up then runs whatever the far dates (and after a MERGE Delta
+    # skipped, whose metrics are gone). False: only where far dates exist.
+    settle_after_copies: bool = False
+    # A gate failing at its slice's last commit validates silver as it is now: a later
+    # commit may have removed the duplicate its slice's racing MERGE left (False: it
+    # failed at that version for ever).
+    gate_falls_back_to_now: bool = False
 
 
 BEFORE = Protocol()
@@ -91,6 +104,9 @@ DESIGNED = Protocol(
     ack_below_unpublished=True,
     reach_of_gate=True,
     gate_reach_of_silver=True,
+    settle_keeps_one=True,
+    settle_after_copies=True,
+    gate_falls_back_to_now=True,
 )
 # What the code ships: every designed flag but those still open (`OPEN` in the tests).
 SHIPPED = replace(DESIGNED, gate_reach_of_silver=False)
@@ -103,9 +119,13 @@ class Copy(NamedTuple):
     slice: str
     bad_for: frozenset[str] = frozenset()  # pipelines whose declared expectation it breaks
     strict_invalid: bool = False  # quarantined once the rules turn strict
+    # A second row of the same copy: Delta's MERGE updates every stored row a source
+    # row matches, so a copy that beats two rows of its key is then stored twice.
+    twin: int = 0
 
     def __repr__(self) -> str:
-        return f"{self.slice}:{self.key}@day{self.date}#{self.pos}"
+        twin = f"'{self.twin}" if self.twin else ""
+        return f"{self.slice}:{self.key}@day{self.date}#{self.pos}{twin}"
 
 
 @dataclass(frozen=True)
@@ -278,8 +298,17 @@ class Model:
             for r in stored:
                 if c.pos < r.pos:
                     out.discard(r)
-                    out.add(c)
+                    twins = [x.twin for x in out if x.key == k and x.pos == c.pos]
+                    out.add(c._replace(twin=max(twins, default=-1) + 1))
         return frozenset(out)
+
+    def copied(self, rows: frozenset, src: dict[str, Copy], reach: set[int]) -> bool:
+        """Whether the MERGE replaces two or more stored rows of one key (its metrics:
+        more rows updated and inserted than it had source rows)."""
+        return any(
+            sum(1 for r in rows if r.key == k and r.date in reach and c.pos < r.pos) > 1
+            for k, c in src.items()
+        )
 
     def touched(self, w: World, p: str, since: int) -> set[int]:
         """The dates commits after version `since` changed (Delta's conflict check)."""
@@ -350,53 +379,66 @@ def ingest(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
     if pc == 6:  # the MERGE commits (silver.merging sits just before it)
         reach, read = loc
         if (p, "merge", s) in w.appended:  # Delta skips a spent idempotent-write id
-            return w, loc, 7
+            return w, (reach, True), 7  # (its metrics are gone: as if it copied)
         if m.touched(w, p, read) & reach:  # a conflict: retry_on_conflict reruns silver
             return w, (), 1
         src = m.survivors(w, p, s)
+        copied = m.copied(m.rows(w, p), src, set(reach))
         rows = m.merged_rows(m.rows(w, p), src, set(reach))
         w = m.commit(w, p, rows, (s, "merge"))
         w = w._replace(appended=w.appended | {(p, "merge", s)})
-        return w, loc, 7
-    if pc == 7:  # silver.merged; then (shipped) the far dates again
-        if proto.far_recheck:
-            # Looked up again after the commit: a racing slice that recorded its ids after
-            # this one's lookup and merged first, far away, is found now. Wherever far
-            # dates exist each key keeps its survivor only, whatever this attempt's MERGE
-            # read (a retry's MERGE may have been the first attempt's, skipped by Delta).
-            src = m.survivors(w, p, s)
-            dates = {c.date for c in src.values()}
-            again = m.reach(w, p, s, set(src), dates)
-            if again - m.window(dates):
-                rows = m.rows(w, p)
-                losers, owners = set(), set()
-                for k in src:
-                    same = sorted(
-                        (c for c in rows if c.key == k and c.date in again), key=lambda c: c.pos
-                    )
-                    if len(same) > 1:
-                        losers |= set(same[1:])
-                        owners |= {c.slice for c in same}
-                # Tagged with each other slice holding a row of such a key whose gate has
-                # not passed: its gate, pinned at its own last commit, may have seen the
-                # two rows, and must see the one now. One whose gate passed saw one row
-                # (tagging it would hold its publication for a gate it passed).
-                if losers:
-                    unproved = {o for o in owners if not (m.rec(w, p, "gate", o) or (False,))[0]}
-                    if not proto.settle_tags_unproved:
-                        unproved.add(s)
-                    # A clean-up only deletes: with every owner's gate passed (each saw one
-                    # row), no gate must see it, and its tag names no slice.
-                    w = m.commit(w, p, rows - losers, ("", "settle", frozenset(unproved)))
-        # The reach as silver's record keeps it: looked up after the commit (shipped),
-        # else the MERGE's own.
+        return w, (reach, copied), 7
+    if pc == 7:  # silver.merged; then (shipped) the far dates again, silver's version read first
+        # The version is read before the lookup, so every commit at or below it came
+        # before the lookup: a gate pinned at or below it may prove this reach.
+        version = len(m.versions(w, p)) - 1
+        if not proto.far_recheck:  # the reach as the MERGE looked it up
+            return w, (loc[0], version, False), 9
         src = m.survivors(w, p, s)
-        dates = {c.date for c in src.values()}
-        recorded = m.reach(w, p, s, set(src), dates) if proto.far_recheck else loc[0]
-        return w, (frozenset(recorded),), 8
-    if pc == 8:  # record silver, with silver's version then (and the reach it looked at)
-        w = m.set_rec(w, p, "silver", s, len(m.versions(w, p)) - 1)
-        w = m.set_rec(w, p, "silver_reach", s, loc[0])
+        again = m.reach(w, p, s, set(src), {c.date for c in src.values()})
+        check = bool(again - m.window({c.date for c in src.values()}))
+        check = check or (proto.settle_after_copies and loc[1])
+        return w, (frozenset(again), version, check), 8
+    if pc == 8:  # where far dates exist, each key keeps its survivor only
+        # Looked up again after the commit: a racing slice that recorded its ids after
+        # this one's lookup and merged first, far away, is found now. Wherever far
+        # dates exist each key keeps its survivor only, whatever this attempt's MERGE
+        # read (a retry's MERGE may have been the first attempt's, skipped by Delta).
+        again, _, check = loc
+        src = m.survivors(w, p, s)
+        if check:
+            rows = m.rows(w, p)
+            losers, back, owners = set(), set(), set()
+            for k in src:
+                same = sorted(
+                    (c for c in rows if c.key == k and c.date in again),
+                    key=lambda c: (c.pos, c.twin),
+                )
+                if len(same) > 1:
+                    if proto.settle_keeps_one:  # every row read goes; the survivor comes back
+                        losers |= set(same)
+                        back.add(same[0]._replace(twin=0))
+                    else:  # deleted by position: a twin of the survivor takes it along
+                        beaten = {c.pos for c in same[1:]}
+                        losers |= {c for c in same if c.pos in beaten}
+                    owners |= {c.slice for c in same}
+            # Tagged with each other slice holding a row of such a key whose gate has
+            # not passed: its gate, pinned at its own last commit, may have seen the
+            # two rows, and must see the one now. One whose gate passed saw one row
+            # (tagging it would hold its publication for a gate it passed).
+            if losers:
+                unproved = {o for o in owners if not (m.rec(w, p, "gate", o) or (False,))[0]}
+                if not proto.settle_tags_unproved:
+                    unproved.add(s)
+                # A clean-up only deletes rows and writes back one a gate saw: with every
+                # owner's gate passed (each saw one row), no gate must see it, and its
+                # tag names no slice.
+                w = m.commit(w, p, rows - losers | back, ("", "settle", frozenset(unproved)))
+        return w, loc, 9
+    if pc == 9:  # record silver: the version read before the lookup, and the reach it found
+        reach, version = loc[:2]
+        w = m.set_rec(w, p, "silver", s, version)
+        w = m.set_rec(w, p, "silver_reach", s, (frozenset(reach), version))
         w = m.set_rec(w, p, "applied", s, p in w.strict)
         return w, (), "ok"
     raise AssertionError(pc)
@@ -427,14 +469,27 @@ def gate(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
         version, recorded = len(m.versions(w, p)) - 1, None
         if m.proto.verified_from_commits and m.proto.gate_at_last_commit:
             last = last_commit(m, w, p, s, version)
-            if last:  # pinned at its own last commit: the reach ingest recorded holds
+            if last:  # pinned at its own last commit
                 version = last
-                if m.proto.gate_reach_of_silver:
-                    recorded = m.rec(w, p, "silver_reach", s)
+                # The reach ingest recorded holds when every commit up to the pinned one
+                # came before its lookup, and no replay has changed the slice's keys since.
+                kept = m.rec(w, p, "silver_reach", s)
+                if (
+                    m.proto.gate_reach_of_silver
+                    and kept is not None
+                    and last <= kept[1]
+                    and m.rec(w, p, "replay", s) is None
+                ):
+                    recorded = kept[0]
         ok, rows, reach = gate_check(m, w, p, s, version, recorded)
+        now = len(m.versions(w, p)) - 1
+        fell_back = not ok and version < now and m.proto.gate_falls_back_to_now
+        if fell_back:
+            version = now
+            ok, rows, reach = gate_check(m, w, p, s, version)
         if ok:
             w = w._replace(proved=w.proved | {(p, c) for c in rows})
-        return w, (ok, version, reach if m.proto.reach_of_gate else None), 2
+        return w, (ok, version, reach if m.proto.reach_of_gate else None, fell_back), 2
     if pc == 2:  # on a pass, clear the mark first
         if loc[0] and not m.proto.verified_from_commits:
             w = m.del_rec(w, p, "mark", s)
@@ -492,9 +547,12 @@ def verified_from_commits(m: Model, w: World, p: str, s: str) -> tuple[str, Any]
     if failed:
         return "failed", failed
     # Liveness: a publication waits only for gates of slices that committed before its
-    # own last commit. Waiting on a later one, it could wait for ever behind a pipeline
-    # that keeps committing (the rule pinned at the gate's start did: issue 66).
-    if v > mine:
+    # own last commit (or before the version its own gate proved, when that gate failed
+    # there and fell back to silver as it was then: a bound fixed once). Waiting on a
+    # later one, it could wait for ever behind a pipeline that keeps committing (the
+    # rule pinned at the gate's start did: issue 66).
+    own = m.rec(w, p, "gate", s)
+    if v > (max(mine, own[1]) if own and own[0] and own[3] else mine):
         raise Violation("waits_for_later", f"{p} publish of {s} (v{mine}) waits for v{v}")
     return "wait", pending
 

@@ -262,3 +262,45 @@ def test_the_model_names_the_codes_fault_points() -> None:
         for m in re.finditer(r'fault_point\("([a-z_.]+)", settings', f.read_text())
     }
     assert set(POINTS) == called == set(POINT_AFTER.values())
+
+
+# A and C hold copies of `a` far apart and race: neither MERGE reads the other's date,
+# and silver stores `a` twice. Z's copy beats both, and Z's window reaches both dates
+# (its own keys `b` and `c` lie at either end): its MERGE replaces each row with its
+# copy, so `a` is stored twice as the same copy. Each fix alone closes one way this
+# broke (tests/integration/test_edges.py runs it on the real tables):
+COPY_STORED_TWICE = Scenario(
+    "copy-stored-twice",
+    (
+        Copy("a", 5, 0, "Z"),
+        Copy("a", 0, 1, "A"),
+        Copy("a", 10, 2, "C"),
+        Copy("b", 0, 3, "Z"),
+        Copy("c", 10, 4, "Z"),
+    ),
+    kills=0,
+    attempts=1,
+    parallel=3,
+    publish=False,
+)
+TWICE = {
+    # Z found no far date, so nothing cleaned up after it: `a` stays twice.
+    "settle_after_copies": "duplicate_key",
+    # The clean-up deleted the losers by Kafka position, which named both rows: `a` lost.
+    "settle_keeps_one": "not_oracle",
+    # C's gate proves silver at C's own commit, where `a` had two rows: it failed for ever.
+    "gate_falls_back_to_now": "wedged",
+}
+
+
+@pytest.mark.parametrize("fix", TWICE)
+def test_without_each_fix_a_copy_stored_twice_breaks_the_protocol(fix: str) -> None:
+    report = explore(COPY_STORED_TWICE, replace(DESIGNED, **{fix: False}))
+    assert TWICE[fix] in report.found, report.describe()
+
+
+@pytest.mark.parametrize("proto", [DESIGNED, SHIPPED], ids=["designed", "shipped"])
+def test_a_copy_stored_twice_ends_as_one_row_and_every_gate_passes(proto) -> None:
+    report = explore(COPY_STORED_TWICE, proto)
+    assert report.quiet > 0
+    assert not report.found, report.describe()
