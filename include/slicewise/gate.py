@@ -137,7 +137,8 @@ def run_gate(spark: SparkSession, settings: Settings, slice_id: str) -> dict:
             f"`slicewise ingest --slice-id {slice_id}`) first. Nothing was published."
         )
     version = validated_version(spark, settings, ledger, slice_id)
-    reach, counts, reports = _validate(spark, settings, slice_id, version)
+    known = recorded_reach(ledger, slice_id, version)
+    reach, counts, reports = _validate(spark, settings, slice_id, version, known)
     success = all(r.success for r in reports)
     now = table_version(spark, settings.table("silver")) if not success else version
     if now > version:
@@ -206,6 +207,26 @@ def validated_version(
     return last.version
 
 
+def recorded_reach(ledger: Ledger, slice_id: str, version: int) -> Reach | None | bool:
+    """The reach the slice's ingest recorded, where it holds for silver at `version`
+    (False where it may not: the gate looks the far dates up again).
+
+    Ingest looked its far dates up after reading silver's version V (`silver.merge_slice`).
+    Every commit at or below V came before that lookup, and every slice records its ids
+    before it commits: so at any version at or below V, each row of the slice's keys
+    lies in a date the lookup found. Above V, a slice that recorded after the lookup
+    may have moved one elsewhere; a replay of the slice may have changed its keys. A
+    record of an earlier slicewise (no `reach_looked_up_after`) is looked up again. The
+    protocol model proves it (`gate_reach_of_silver`)."""
+    silver = ledger.step(slice_id, "silver") or {}
+    looked_up_after = silver.get("reach_looked_up_after")
+    if looked_up_after is None or version > int(looked_up_after):
+        return False
+    if ledger.step(slice_id, "replay") is not None:
+        return False
+    return Reach.of_record(silver) if silver.get("window") else None
+
+
 def settled(previous: dict | None, outcome: dict) -> dict:
     """What the ledger keeps of a gate run: one truth per slice.
 
@@ -233,12 +254,16 @@ def settled(previous: dict | None, outcome: dict) -> dict:
 
 
 def _validate(
-    spark: SparkSession, settings: Settings, slice_id: str, version: int
+    spark: SparkSession,
+    settings: Settings,
+    slice_id: str,
+    version: int,
+    known: Reach | None | bool = False,
 ) -> tuple[Reach | None, SliceCounts, list[GateReport]]:
     pipeline = settings.pipeline
     schema = silver_schema(pipeline)
     row_suite = silver_slice_suite(pipeline)  # first: a bad declared expectation fails fast
-    reach, facts = slice_facts(spark, settings, slice_id, version)
+    reach, facts = slice_facts(spark, settings, slice_id, version, known)
     counts = counts_of(slice_id, facts)
     silver = read_table(spark, settings.table("silver"), schema)
     expected = {f.name for f in schema.fields}

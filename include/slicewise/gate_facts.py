@@ -51,7 +51,11 @@ class SliceCounts:
 
 
 def slice_facts(
-    spark: SparkSession, settings: Settings, slice_id: str, version: int | None = None
+    spark: SparkSession,
+    settings: Settings,
+    slice_id: str,
+    version: int | None = None,
+    recorded: Reach | None | bool = False,
 ) -> tuple[Reach | None, dict[str, int]]:
     """Everything the gate proves about a slice: the reach of silver its MERGE
     looked at (`windows.Reach`: wherever a copy of its keys may be stored), the counts that must reconcile (bronze, quarantine, the slice's ids
@@ -62,7 +66,9 @@ def slice_facts(
     The slice's ids give its window and totals in one query; then the join and the
     two counts run side by side (three small jobs keep two cores busier than one
     plan that runs them in turn). Silver is read as of `version` when given (the gate
-    proves one version: `gate.run_gate`)."""
+    proves one version: `gate.run_gate`), within the `recorded` reach when one is given
+    (the one ingest recorded, which holds at that version: `gate.recorded_reach`),
+    else within the reach looked up now."""
     key = list(settings.pipeline.key_columns)
     required = required_columns(settings.pipeline)
     ids = recorded_ids(spark, settings, slice_id)
@@ -72,7 +78,10 @@ def slice_facts(
         F.min("event_date").alias("first"),
         F.max("event_date").alias("last"),
     ).first()
-    reach = reach_of(spark, settings, ids.select(*key), window_of(totals, settings))
+    if recorded is False:
+        reach = reach_of(spark, settings, ids.select(*key), window_of(totals, settings))
+    else:
+        reach = recorded
     # The slice's keys are distinct (one row per key), so joining silver's reach to
     # them yields each silver row that carries one of them exactly once, plus one row
     # without `_stored` per key found nowhere: one join and one aggregation, where

@@ -539,6 +539,10 @@ def merge_slice(
         spark, settings, slice_id, parsed, append, merge_id=f"slicewise/silver/{slice_id}"
     )
     fault_point("silver.merged", settings, slice_id)
+    # Read before the far dates are looked up again: every commit at or below it came
+    # before that lookup, so a gate validating silver at or below it may prove the reach
+    # recorded here instead of looking it up again (`gate.recorded_reach`).
+    version = table_version(spark, settings.table("silver"))
     reach = settle_far_copies(spark, settings, slice_id, merged)
 
     result = SilverResult(slice_id, reach)
@@ -547,8 +551,8 @@ def merge_slice(
         "silver",
         {
             **(reach.record() if reach else {"window": None, "far_dates": []}),
-            # At or above its MERGE's version: publication waits for slices marked below.
-            "silver_version": table_version(spark, settings.table("silver")),
+            "silver_version": version,  # at or above its MERGE's
+            "reach_looked_up_after": version,
         },
     )
     where = "no valid event" if reach is None else reach.describe()

@@ -68,13 +68,12 @@ class Protocol:
     # it looks the reach up again). Not a fix: one far-date lookup fewer a slice, which
     # `stale_gold` must show loses nothing.
     reach_of_gate: bool = False
-    # The gate, validating silver as of its slice's last commit, proves the reach the
-    # slice's ingest recorded after its MERGE (False: it looks the far dates up again).
-    # Not a fix, and not shipped yet: one far-date lookup fewer a slice, which the
-    # invariants must show loses nothing. Before it ships: this model has no replay that
-    # re-gates another slice (`replay.withdraw_stricter`'s `regate`) after a third slice
-    # moved one of that slice's keys to a date of its own, nor a replay that adds keys to
-    # its own slice; there the code must look the far dates up again.
+    # The gate proves the reach the slice's ingest looked up after its MERGE, where it
+    # validates silver at or below the version ingest read just before that lookup and
+    # no replay of the slice has run (False: it looks the far dates up again). Not a
+    # fix: one far-date lookup fewer a slice, which the invariants must show loses
+    # nothing. A commit above that version (a clean-up, a replay's bring-in tagged with
+    # the slice, a third slice moving one of its keys) sends the gate to a lookup.
     gate_reach_of_silver: bool = False
     # A clean-up of a key stored twice deletes every row of the key it read and writes
     # the survivor back once (False: it deleted the losers by Kafka position, which also
@@ -109,7 +108,7 @@ DESIGNED = Protocol(
     gate_falls_back_to_now=True,
 )
 # What the code ships: every designed flag but those still open (`OPEN` in the tests).
-SHIPPED = replace(DESIGNED, gate_reach_of_silver=False)
+SHIPPED = DESIGNED
 
 
 class Copy(NamedTuple):
@@ -471,16 +470,16 @@ def gate(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
             last = last_commit(m, w, p, s, version)
             if last:  # pinned at its own last commit
                 version = last
-                # The reach ingest recorded holds when every commit up to the pinned one
-                # came before its lookup, and no replay has changed the slice's keys since.
-                kept = m.rec(w, p, "silver_reach", s)
-                if (
-                    m.proto.gate_reach_of_silver
-                    and kept is not None
-                    and last <= kept[1]
-                    and m.rec(w, p, "replay", s) is None
-                ):
-                    recorded = kept[0]
+        # The reach ingest recorded holds when every commit up to the version validated
+        # came before its lookup, and no replay has changed the slice's keys since.
+        kept = m.rec(w, p, "silver_reach", s)
+        if (
+            m.proto.gate_reach_of_silver
+            and kept is not None
+            and version <= kept[1]
+            and m.rec(w, p, "replay", s) is None
+        ):
+            recorded = kept[0]
         ok, rows, reach = gate_check(m, w, p, s, version, recorded)
         now = len(m.versions(w, p)) - 1
         fell_back = not ok and version < now and m.proto.gate_falls_back_to_now
