@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.types import StructField, StructType
 
 from slicewise.avro import AvroSchemas, unreadable
-from slicewise.commits import slice_tag
+from slicewise.commits import slice_tag, tagged_slices
 from slicewise.config import Settings
 from slicewise.contract import beats_sql, key_match_sql, parse_events
 from slicewise.errors import OperationalError
@@ -41,6 +41,7 @@ from slicewise.tables import (
     append_slice_once,
     conform,
     delta_ref,
+    history,
     ids_may_be_forgotten,
     of_slice,
     retry_on_conflict,
@@ -225,8 +226,8 @@ def merge_into_silver(
     twice within the reach (two slices racing with copies far apart, before either
     cleaned up: `settle_far_copies`), an event that beats both is then stored twice,
     the same copy on two rows. Its metrics show it (more rows updated and inserted than
-    events), and the caller's clean-up then runs; a MERGE Delta skipped has no metrics
-    left, so it counts as one that may have.
+    events), and the caller's clean-up then runs. For a MERGE Delta skipped, they are
+    the ones its first attempt committed (`committed_merge_metrics`).
     """
     ensure_silver(spark, path, pipeline)
     # SQL rather than DeltaTable.merge: the same statement runs in-process and over
@@ -256,20 +257,34 @@ def merge_into_silver(
     try:
         merging()
         metrics = merge(app_id)
-        if metrics is None:
-            if beaten():
-                log.info("silver at %s: a copy stored since the slice's MERGE is beaten", path)
-                merge(None)
-            return True
+        if metrics is None and beaten():
+            log.info("silver at %s: a copy stored since the slice's MERGE is beaten", path)
+            metrics = merge(None)
     finally:
         spark.catalog.dropTempView(source)
-    return sources is None or copied_twice(metrics, sources)
+    if metrics is None:  # Delta skipped it: the attempt that committed it left its metrics
+        metrics = committed_merge_metrics(spark, path, writer)
+    return sources is None or metrics is None or copied_twice(metrics, sources)
 
 
-def copied_twice(metrics: Row, sources: int) -> bool:
+def copied_twice(metrics: Row | dict, sources: int) -> bool:
     """Whether a MERGE of `sources` events replaced two stored rows with one of them: each
     event updates or inserts one row unless it matched a key stored twice."""
     return int(metrics["num_updated_rows"]) + int(metrics["num_inserted_rows"]) > sources
+
+
+def committed_merge_metrics(spark: SparkSession, path: str, writer: str) -> dict | None:
+    """The metrics of `writer`'s own MERGE (tagged with it alone, deleting nothing) among
+    silver's last 50 commits, as a MERGE returns them; None when it is not there."""
+    for row in history(spark, path, 50).where("operation = 'MERGE'").collect():
+        done = row["operationMetrics"] or {}
+        alone = tagged_slices(row["userMetadata"]) == (writer,)
+        if alone and done.get("numTargetRowsDeleted") == "0":
+            return {
+                "num_updated_rows": done.get("numTargetRowsUpdated", "0"),
+                "num_inserted_rows": done.get("numTargetRowsInserted", "0"),
+            }
+    return None
 
 
 @dataclass(frozen=True)

@@ -378,14 +378,17 @@ def ingest(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
     if pc == 6:  # the MERGE commits (silver.merging sits just before it)
         reach, read = loc
         if (p, "merge", s) in w.appended:  # Delta skips a spent idempotent-write id
-            return w, (reach, True), 7  # (its metrics are gone: as if it copied)
+            # ... and the first attempt's commit keeps its metrics in silver's history
+            return w, (reach, (p, "copied", s) in w.appended), 7
         if m.touched(w, p, read) & reach:  # a conflict: retry_on_conflict reruns silver
             return w, (), 1
         src = m.survivors(w, p, s)
         copied = m.copied(m.rows(w, p), src, set(reach))
         rows = m.merged_rows(m.rows(w, p), src, set(reach))
         w = m.commit(w, p, rows, (s, "merge"))
-        w = w._replace(appended=w.appended | {(p, "merge", s)})
+        w = w._replace(
+            appended=w.appended | {(p, "merge", s)} | ({(p, "copied", s)} if copied else set())
+        )
         return w, (reach, copied), 7
     if pc == 7:  # silver.merged; then (shipped) the far dates again, silver's version read first
         # The version is read before the lookup, so every commit at or below it came
