@@ -16,6 +16,7 @@ import base64
 import contextlib
 import hashlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -506,15 +507,26 @@ def running_broker(state_dir: Path, **options: Any) -> Iterator[LocalBroker]:
 
 
 def free_ports(count: int = 2) -> list[int]:
-    """Distinct loopback ports nothing listens on now, so a test broker never meets the demo's."""
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    """Distinct loopback ports nothing listens on now, so a test broker never meets the demo's.
+
+    Drawn at random below the kernel's ephemeral range: a port the kernel hands out
+    (`bind(0)`) may meanwhile become some client's outgoing port, and a service started on it
+    a second later fails with "address in use" (it did, in CI).
+    """
+    low = _ephemeral_low() - 1
+    ports: list[int] = []
+    while len(ports) < count:
+        port = random.randint(10_000, low)
+        if port not in ports and _port_free(port):
+            ports.append(port)
+    return ports
+
+
+def _ephemeral_low() -> int:
     try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768  # Linux's default
 
 
 def _port_free(port: int, host: str = "127.0.0.1") -> bool:
