@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: help bootstrap demo test test-unit test-pythons chaos chaos-report bench bench-quick bench-longhaul lint fmt broker-start broker-stop spark-connect spark-connect-start spark-connect-stop status airflow-ui airflow-ui-stop stop spark-cluster lock clean
+.PHONY: help bootstrap demo test test-unit test-pythons chaos chaos-report bench bench-quick bench-prices bench-longhaul lint fmt broker-start broker-stop spark-connect spark-connect-start spark-connect-stop status airflow-ui airflow-ui-stop stop spark-cluster lock clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -38,6 +38,9 @@ bench: bootstrap ## the benchmark (W0-W3 side by side, about 2 h on 2 cores): ta
 
 bench-quick: bootstrap ## W2 beside W1+ at 0.5 M (medians of 3, alternating) and the one-minute slices (median of 10), about 14 min: bench/results/quick.md
 	@$(VENV)/python bench/run.py --quick $(BENCH_ARGS)
+
+bench-prices: bootstrap ## each guarantee's price a slice, one-minute and 0.5 M, beside W1+ (about 10 min): bench/results/price-list.md
+	@$(VENV)/python bench/price_list.py $(PRICES_ARGS)
 
 bench-longhaul: bootstrap ## 2,000 slices locally and on s3proxy (history synthesised, real slices at both ends; ~1 h a store, not in CI): bench/results/longhaul-*
 	@$(VENV)/python bench/longhaul.py $(LONGHAUL_ARGS)
