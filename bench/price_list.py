@@ -100,6 +100,17 @@ class Prices(Timer):
             return {"slice_ids": FAR, "gold_events_per_hour": JOB}.get(table_of(args))
         return PRICED.get(label)
 
+    def reset(self) -> None:
+        for counts in (self.total, self.own, self.calls):
+            counts.clear()
+
+    def functions(self, runs: int, top: int = 40) -> list[dict]:
+        rows = [
+            {"name": n, "own_s": self.own[n] / runs, "calls": self.calls[n] / runs}
+            for n in self.own
+        ]
+        return sorted(rows, key=lambda r: -r["own_s"])[:top]
+
     def _credit(self, what: str, seconds: float) -> None:
         sink = getattr(self.local, "sink", None)
         if sink is not None:  # a thread of side_by_side: scaled when they all end
@@ -231,6 +242,7 @@ def minute_workload(prices: Prices, spark, broker, work: Path, slices: int) -> d
     by_hand_settings = load_settings(env_for(broker, work / "minute-w1p", "price-minute-w1p"))
     job = workloads.by_hand(spark, by_hand_settings, work / "minute-w1p" / "tables")
     w2, w1p = [], []
+    prices.reset()
     step = timedelta(minutes=1)
     for i in range(count):
         at = first + i * step
@@ -245,7 +257,7 @@ def minute_workload(prices: Prices, spark, broker, work: Path, slices: int) -> d
             w1p.append(out["seconds"])
     last = first + (count - 1) * step
     slice_id = plan_slice(settings, last, last + step).slice_id  # frozen: the same slice
-    return summary(w2, w1p, typed_parse_price(spark, settings, slice_id), MINUTE_RECORDS)
+    return summary(w2, w1p, typed_parse_price(spark, settings, slice_id), MINUTE_RECORDS, prices)
 
 
 def sized_workload(prices: Prices, spark, broker, work: Path, records: int, rounds: int) -> dict:
@@ -257,16 +269,17 @@ def sized_workload(prices: Prices, spark, broker, work: Path, records: int, roun
     topic = f"price-{records}"
     produce(load_settings(env_for(broker, work / "ref", topic)), start, records)
     w2, w1p = [], []
+    prices.reset()
     settings = None
     for n in range(rounds):
         settings = load_settings(env_for(broker, work / f"w2-{n}", topic))
         w2.append(w2_priced(prices, spark, settings, start, start + timedelta(hours=1)))
         w1p.append(workloads.w1plus_once(spark, settings, work / f"w1p-{n}")["seconds"])
     slice_id = plan_slice(settings, start, start + timedelta(hours=1)).slice_id
-    return summary(w2, w1p, typed_parse_price(spark, settings, slice_id), records)
+    return summary(w2, w1p, typed_parse_price(spark, settings, slice_id), records, prices)
 
 
-def summary(w2: list[dict], w1p: list[float], typed: dict, records: int) -> dict:
+def summary(w2: list[dict], w1p: list[float], typed: dict, records: int, prices: Prices) -> dict:
     credit = priced_runs(w2, "credit")
     # The typed parse runs inside the job's first write: move its excess out of the job.
     extra = max(typed["typed"] - typed["from_json"], 0.0)
@@ -286,6 +299,7 @@ def summary(w2: list[dict], w1p: list[float], typed: dict, records: int) -> dict
         "job": credit.get(JOB, 0.0),
         "sum_of_prices": sum(guarantees.values()),
         "w2_less_w1plus": w2_s - w1p_s,
+        "functions": prices.functions(len(w2)),  # where to cut: own seconds a slice
     }
 
 
