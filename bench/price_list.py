@@ -363,24 +363,29 @@ def main() -> None:
 
 def report(results: dict, args: argparse.Namespace) -> str:
     minute, sized = results["workloads"]["minute"], results["workloads"]["sized"]
+    command = (
+        f"`.venv/bin/python bench/price_list.py --slices {args.slices} "
+        f"--records {args.records} --rounds {args.rounds}`"
+    )
+    typed = {k: (minute["typed_parse"][k], sized["typed_parse"][k]) for k in ("typed", "from_json")}
     return f"""# The price of each guarantee (`make bench-prices`), {results["when"][:16]} UTC
 
-Machine: {machine()}. Command: `.venv/bin/python bench/price_list.py --slices {args.slices}
---records {args.records} --rounds {args.rounds}` (how it prices: the docstring of
-`bench/price_list.py`).
+Machine: {machine()}.
 
-Seconds a slice, W2 on a warm in-process session: the one-minute slice (~{minute["records"]:,}
-records, medians of {args.slices} after {MINUTE_WARMUP}) and one slice of {sized["records"]:,}
-records (medians of {args.rounds}, each on fresh tables), W1+ on the same session
-alternating with it. Each guarantee's row is what the functions that serve it spent,
-Spark's jobs and commits included; the job's row is what is left, the work W1+ does too.
+Command: {command}; how it prices: the docstring of `bench/price_list.py`.
+
+Seconds a slice, W2 on a warm in-process session, W1+ on the same session alternating
+with it: the one-minute slice (~{minute["records"]:,} records, medians of {args.slices} after
+{MINUTE_WARMUP}) and one slice of {sized["records"]:,} records (medians of {args.rounds}, each on
+fresh tables). A guarantee's row is what the functions that serve it spent, Spark's
+jobs and commits included; the job's row is the rest, the work W1+ does too.
 
 {results["table"]}
 
-The typed parse, on the same cached rows (seconds): the product's
-{minute["typed_parse"]["typed"]:.2f} and {sized["typed_parse"]["typed"]:.2f}, W1+'s `from_json`
-{minute["typed_parse"]["from_json"]:.2f} and {sized["typed_parse"]["from_json"]:.2f}.
-W2's steps (medians): one-minute {steps(minute)}; {sized["records"]:,} records {steps(sized)}.
+- The typed parse alone, on the same cached rows: the product's {typed["typed"][0]:.2f} s
+  and {typed["typed"][1]:.2f} s, W1+'s `from_json` {typed["from_json"][0]:.2f} s and
+  {typed["from_json"][1]:.2f} s.
+- W2's steps: one-minute {steps(minute)}; {sized["records"]:,} records {steps(sized)}.
 """
 
 
