@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
+from pyspark.storagelevel import StorageLevel
 
 from slicewise.bronze import (
     BronzeResult,
@@ -60,10 +61,15 @@ def _ingest(
             merge_slice(spark, settings, ledger, sl, parsed_slice(spark, settings, slice_id)),
         )
     ranges, metadata = readable
-    # Parsed before bronze's write, and cached: the write materialises the cache, so
-    # the records cross from Kafka once and are parsed once; bronze takes its raw
-    # columns back out of the parsed rows, which keep them for quarantine anyway.
-    parsed = parse(read_slice(spark, settings, sl, ranges), settings).cache()
+    # Parsed before bronze's write, and kept: the write materialises them, so the
+    # records cross from Kafka once and are parsed once; bronze takes its raw columns
+    # back out of the parsed rows, which keep them for quarantine anyway. Kept on disk,
+    # not in memory: they are read twice more (silver's writes), and held in memory they
+    # raised a 2 M-record slice's peak by ~0.5 GiB at no gain in time
+    # (bench/results/NOTES.md).
+    parsed = parse(read_slice(spark, settings, sl, ranges), settings).persist(
+        StorageLevel.DISK_ONLY
+    )
     try:
         bronze = commit_bronze(spark, settings, ledger, sl, conform(parsed, BRONZE), metadata)
         if not bronze.committed:
