@@ -1,7 +1,7 @@
 """Ingest: bronze and silver of a slice from one read of Kafka (the DAG's step).
 
-The slice's records are read once (read_committed), parsed and cached; bronze is
-appended from the cached rows (raw, with the slice's offsets in the same commit),
+The slice's records are read once (read_committed), parsed and kept on disk; bronze
+is appended from the kept rows (raw, with the slice's offsets in the same commit),
 and silver's quarantine, `slice_ids` and MERGE are written from the same rows.
 What keeps this exactly-once is that every write has its own idempotent-write id,
 not the step: a retry of the whole step, or `silver` run alone, ends in the same
