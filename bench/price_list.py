@@ -39,7 +39,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from run import MINUTE_RECORDS, MINUTE_WARMUP, PARTITIONS, machine, produce, produce_minutes  # noqa: E402
+from run import (  # noqa: E402
+    MINUTE_RECORDS,
+    MINUTE_WARMUP,
+    PARTITIONS,
+    bench_env,
+    machine,
+    produce,
+    produce_minutes,
+)  # noqa: E402
 from slice_profile import Timer, instrument  # noqa: E402
 
 from slicewise.config import load_settings  # noqa: E402
@@ -306,12 +314,7 @@ def summary(w2: list[dict], w1p: list[float], typed: dict, records: int, prices:
 
 
 def env_for(broker, state: Path, topic: str) -> dict[str, str]:
-    return {
-        "SLICEWISE_KAFKA_BOOTSTRAP": broker.bootstrap,
-        "SLICEWISE_STATE_DIR": str(state),
-        "SLICEWISE_TOPIC": topic,
-        "SLICEWISE_GRACE_SECONDS": "0",
-    }
+    return bench_env(broker.bootstrap, state, topic, load_settings().cache_dir)
 
 
 def table(results: dict) -> str:
