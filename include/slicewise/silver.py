@@ -291,6 +291,9 @@ def committed_merge_metrics(spark: SparkSession, path: str, writer: str) -> dict
 class Merged:
     reach: Reach  # the dates the MERGE looked at
     copied: bool  # it may have stored a copy twice (`merge_into_silver`)
+    # `slice_ids`' version read just before the lookup of `reach`, when the lookup also
+    # covered the slice's recorded ids (`settle_far_copies` may then reuse it).
+    ids_version: int | None = None
 
 
 def merge_survivors(
@@ -300,18 +303,26 @@ def merge_survivors(
     app_id: str | None,
     writer: str,
     merging: Callable[[], None] = lambda: None,
+    recorded: bool = False,
 ) -> Merged | None:
     """MERGE a slice's survivors into silver within their reach (the horizon window of
     their event dates and the far dates of their keys); return that reach (None, and no
     MERGE, when the slice has no valid event). `writer`: the slice whose gate must see
-    the rows (the survivors' own)."""
+    the rows (the survivors' own). `recorded`: the writer's ids are in `slice_ids`
+    already; the lookup covers them too (the same keys, unless the definition changed
+    between attempts) and notes `slice_ids`' version, for `settle_far_copies`."""
     pipeline = settings.pipeline
     span = event_date_span(kept).first()
     if span["first"] is None:
         ensure_silver(spark, settings.table("silver"), pipeline)
         return None
     window = horizon_window(span["first"], span["last"], settings.dedup_horizon_days)
-    reach = reach_of(spark, settings, kept.select(*pipeline.key_columns), window)
+    keys = kept.select(*pipeline.key_columns)
+    ids_version = None
+    if recorded:
+        ids_version = table_version(spark, settings.table("slice_ids"))  # before the lookup
+        keys = keys.unionByName(recorded_ids(spark, settings, writer).select(*keys.columns))
+    reach = reach_of(spark, settings, keys, window)
     if reach.far:
         log.warning(
             "keys of this slice have copies in other slices dated %s, beyond its window %s: "
@@ -330,7 +341,7 @@ def merge_survivors(
         merging,
         sources=int(span["rows"]),
     )
-    return Merged(reach, copied)
+    return Merged(reach, copied, ids_version)
 
 
 def withdraw(
@@ -382,13 +393,23 @@ def settle_far_copies(
     publication for a gate nobody runs again (this slice's own, when this attempt is a
     zombie finishing after its retry's gate; the protocol model's
     `settle_tags_unproved`). Almost always there is no far date and no copy stored
-    twice: one lookup and nothing else."""
+    twice: one lookup and nothing else.
+
+    Where no slice recorded ids since the MERGE's own lookup (`slice_ids` at the
+    version read before it), a lookup now finds what that one found: it is reused
+    (the model's `settle_reuses_lookup`). Silver's version for the record is read
+    before this check, so a slice that recorded ids after the first lookup and then
+    committed to silver at or below that version changed `slice_ids` first, and
+    sends this to a lookup."""
     if merged is None:
         return None
     pipeline = settings.pipeline
     key = list(pipeline.key_columns)
     keys = recorded_ids(spark, settings, slice_id).select(*key)
-    reach = reach_of(spark, settings, keys, merged.reach.window)
+    unchanged = merged.ids_version is not None and merged.ids_version == table_version(
+        spark, settings.table("slice_ids")
+    )
+    reach = merged.reach if unchanged else reach_of(spark, settings, keys, merged.reach.window)
     if not reach.far and not merged.copied:
         return reach
     rows = silver_window(spark, settings, reach).join(keys, key, "left_semi")
@@ -493,6 +514,7 @@ def write_slice(
             merge_id,
             slice_id,
             lambda: fault_point("silver.merging", settings, slice_id),
+            recorded=True,
         )
 
     try:

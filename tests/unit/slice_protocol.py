@@ -59,6 +59,12 @@ class Protocol:
     # and the publication then rebuilds.
     gold_fenced: bool = False
     far_recheck: bool = False  # the MERGE looks for far dates again after its commit
+    # ... unless `slice_ids` has not changed since the first lookup read it (its version
+    # read before that lookup, and again after silver's version is read for the record):
+    # the lookup would find what the first one found. Not a fix: one far-date lookup
+    # fewer a slice, which the invariants must show loses nothing. (The model reuses the
+    # lookup wherever the ids are as they were, a superset of where the code does.)
+    settle_reuses_lookup: bool = False
     # ... and tags its clean-up with the slice itself only while its gate has not passed
     # (False: always; a zombie's clean-up after its retry's gate then held every later
     # publication for a gate nobody would run again).
@@ -99,6 +105,7 @@ DESIGNED = Protocol(
     replay_refuses_dropped=True,
     gold_fenced=True,
     far_recheck=True,
+    settle_reuses_lookup=True,
     settle_tags_unproved=True,
     ack_below_unpublished=True,
     reach_of_gate=True,
@@ -345,6 +352,11 @@ def plan(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
     return m.set_rec(w, p, "slice", s, True), (), "ok"
 
 
+def ids_unchanged(w: World, p: str, before: frozenset) -> bool:
+    """`slice_ids` as the first far-date lookup read it (the code: its version then)."""
+    return get(w.ids, p) == before
+
+
 def ingest(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
     proto = m.proto
     if pc == 0:  # bronze: the one Kafka read, appended once
@@ -374,12 +386,12 @@ def ingest(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
     if pc == 5:  # the far-date lookup, then the MERGE reads silver at its version
         src = m.survivors(w, p, s)
         reach = m.reach(w, p, s, set(src), {c.date for c in src.values()})
-        return w, (frozenset(reach), len(m.versions(w, p)) - 1), 6
+        return w, (frozenset(reach), len(m.versions(w, p)) - 1, get(w.ids, p)), 6
     if pc == 6:  # the MERGE commits (silver.merging sits just before it)
-        reach, read = loc
+        reach, read, ids = loc
         if (p, "merge", s) in w.appended:  # Delta skips a spent idempotent-write id
             # ... and the first attempt's commit keeps its metrics in silver's history
-            return w, (reach, (p, "copied", s) in w.appended), 7
+            return w, (reach, (p, "copied", s) in w.appended, ids), 7
         if m.touched(w, p, read) & reach:  # a conflict: retry_on_conflict reruns silver
             return w, (), 1
         src = m.survivors(w, p, s)
@@ -389,7 +401,7 @@ def ingest(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
         w = w._replace(
             appended=w.appended | {(p, "merge", s)} | ({(p, "copied", s)} if copied else set())
         )
-        return w, (reach, copied), 7
+        return w, (reach, copied, ids), 7
     if pc == 7:  # silver.merged; then (shipped) the far dates again, silver's version read first
         # The version is read before the lookup, so every commit at or below it came
         # before the lookup: a gate pinned at or below it may prove this reach.
@@ -397,7 +409,10 @@ def ingest(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
         if not proto.far_recheck:  # the reach as the MERGE looked it up
             return w, (loc[0], version, False), 9
         src = m.survivors(w, p, s)
-        again = m.reach(w, p, s, set(src), {c.date for c in src.values()})
+        if proto.settle_reuses_lookup and ids_unchanged(w, p, loc[2]):
+            again = loc[0]  # no slice recorded ids since the first lookup: the same dates
+        else:
+            again = m.reach(w, p, s, set(src), {c.date for c in src.values()})
         check = bool(again - m.window({c.date for c in src.values()}))
         check = check or (proto.settle_after_copies and loc[1])
         return w, (frozenset(again), version, check), 8

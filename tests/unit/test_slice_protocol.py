@@ -197,6 +197,14 @@ def test_a_gate_pinned_at_its_start_makes_a_publication_wait_for_a_later_slice()
 
 # A key's copies far apart, the later slice's the survivor: its MERGE moves the key's
 # row from X's date to its own, so gold must be rebuilt at both.
+def test_settle_reusing_a_lookup_older_than_the_ids_is_caught(monkeypatch) -> None:
+    # The control for `settle_reuses_lookup`: had the clean-up reused the first lookup
+    # though another slice recorded ids since, the far copies racing stay twice.
+    scenario, _ = HOLES["far copies racing"]
+    monkeypatch.setattr(slice_protocol, "ids_unchanged", lambda w, p, before: True)
+    assert "duplicate_key" in explore(scenario, DESIGNED).found
+
+
 FAR_PUBLISHED = Scenario(
     "far-published",
     (Copy("b", 0, 0, "X"), Copy("a", 0, 3, "X"), Copy("a", 5, 1, "S")),
