@@ -291,8 +291,8 @@ def committed_merge_metrics(spark: SparkSession, path: str, writer: str) -> dict
 class Merged:
     reach: Reach  # the dates the MERGE looked at
     copied: bool  # it may have stored a copy twice (`merge_into_silver`)
-    # `slice_ids`' version read just before the lookup of `reach`, when the lookup also
-    # covered the slice's recorded ids (`settle_far_copies` may then reuse it).
+    # `slice_ids`' version read just before the lookup of `reach`, where its latest
+    # commit was this attempt's own ids (`settle_far_copies` may then reuse the lookup).
     ids_version: int | None = None
 
 
@@ -303,26 +303,26 @@ def merge_survivors(
     app_id: str | None,
     writer: str,
     merging: Callable[[], None] = lambda: None,
-    recorded: bool = False,
+    attempt: str | None = None,
 ) -> Merged | None:
     """MERGE a slice's survivors into silver within their reach (the horizon window of
     their event dates and the far dates of their keys); return that reach (None, and no
     MERGE, when the slice has no valid event). `writer`: the slice whose gate must see
-    the rows (the survivors' own). `recorded`: the writer's ids are in `slice_ids`
-    already; the lookup covers them too (the same keys, unless the definition changed
-    between attempts) and notes `slice_ids`' version, for `settle_far_copies`."""
+    the rows (the survivors' own). `attempt`: the tag of this attempt's append of the
+    survivors' ids; where that append is `slice_ids`' latest commit, its version is
+    noted for `settle_far_copies` (the slice's recorded ids are then these keys)."""
     pipeline = settings.pipeline
     span = event_date_span(kept).first()
     if span["first"] is None:
         ensure_silver(spark, settings.table("silver"), pipeline)
         return None
     window = horizon_window(span["first"], span["last"], settings.dedup_horizon_days)
-    keys = kept.select(*pipeline.key_columns)
     ids_version = None
-    if recorded:
-        ids_version = table_version(spark, settings.table("slice_ids"))  # before the lookup
-        keys = keys.unionByName(recorded_ids(spark, settings, writer).select(*keys.columns))
-    reach = reach_of(spark, settings, keys, window)
+    if attempt:  # read before the lookup
+        latest = history(spark, settings.table("slice_ids"), 1).first()
+        if attempt in (latest["userMetadata"] or ""):
+            ids_version = int(latest["version"])
+    reach = reach_of(spark, settings, kept.select(*pipeline.key_columns), window)
     if reach.far:
         log.warning(
             "keys of this slice have copies in other slices dated %s, beyond its window %s: "
@@ -395,12 +395,12 @@ def settle_far_copies(
     `settle_tags_unproved`). Almost always there is no far date and no copy stored
     twice: one lookup and nothing else.
 
-    Where no slice recorded ids since the MERGE's own lookup (`slice_ids` at the
-    version read before it), a lookup now finds what that one found: it is reused
-    (the model's `settle_reuses_lookup`). Silver's version for the record is read
-    before this check, so a slice that recorded ids after the first lookup and then
-    committed to silver at or below that version changed `slice_ids` first, and
-    sends this to a lookup."""
+    Where this attempt recorded the slice's ids and no slice recorded any since the
+    MERGE's own lookup (`slice_ids` at the version read before it), a lookup now finds
+    what that one found: it is reused (the model's `settle_reuses_lookup`). Silver's
+    version for the record is read before this check, so a slice that recorded ids
+    after the first lookup and then committed to silver at or below that version
+    changed `slice_ids` first, and sends this to a lookup."""
     if merged is None:
         return None
     pipeline = settings.pipeline
@@ -481,9 +481,11 @@ def write_slice(
     store: SliceStore,
     merge_id: str | None,
     quarantine_last: bool = False,
+    attempt: str | None = None,
 ) -> Merged | None:
     """Quarantine, `slice_ids` and the MERGE from the slice's `parsed` rows (cached by the
     caller, unpersisted here once written); the MERGE's reach (None: no valid event).
+    `attempt`: the tag `store`'s commits carry in their userMetadata, if any.
 
     Quarantine runs beside `slice_ids` then the MERGE: the ids commit first, since
     they are the key index the MERGE of a slice racing with this one looks up
@@ -514,7 +516,7 @@ def write_slice(
             merge_id,
             slice_id,
             lambda: fault_point("silver.merging", settings, slice_id),
-            recorded=True,
+            attempt,
         )
 
     try:
@@ -561,7 +563,8 @@ def merge_slice(
     whether the rows came from bronze or from the one Kafka read of `ingest`, and
     whichever of them had committed."""
     slice_id = sl.slice_id
-    metadata = {"step": "silver", "slice_id": slice_id}
+    attempt = uuid.uuid4().hex  # finds this attempt's own append of the ids (`merge_survivors`)
+    metadata = {"step": "silver", "slice_id": slice_id, "attempt": attempt}
     schemas = {"quarantine": QUARANTINE, "slice_ids": slice_ids_schema(settings.pipeline)}
     forgotten = ids_may_be_forgotten(
         sl.end, settings.pipeline.maintenance.vacuum_retain, settings.step_timeout
@@ -573,7 +576,13 @@ def merge_slice(
         append_slice_once(rows, path, schemas[table], slice_id, app_id, metadata, forgotten)
 
     merged = write_slice(
-        spark, settings, slice_id, parsed, append, merge_id=f"slicewise/silver/{slice_id}"
+        spark,
+        settings,
+        slice_id,
+        parsed,
+        append,
+        merge_id=f"slicewise/silver/{slice_id}",
+        attempt=attempt,
     )
     fault_point("silver.merged", settings, slice_id)
     # Read before the far dates are looked up again: every commit at or below it came
