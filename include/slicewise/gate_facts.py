@@ -64,24 +64,21 @@ def slice_facts(
     positions).
 
     The slice's ids give its window and totals in one query; then the join and the
-    two counts run side by side (small jobs keep two cores busier than one plan that
-    runs them in turn). Silver is read as of `version` when given (the gate proves one
-    version: `gate.run_gate`), within the `recorded` reach when one is given (the one
-    ingest recorded, which holds at that version: `gate.recorded_reach`), else within
-    the reach looked up now, from the window the totals give: only then do the totals
-    run first."""
+    two counts run side by side (three small jobs keep two cores busier than one
+    plan that runs them in turn). Silver is read as of `version` when given (the gate
+    proves one version: `gate.run_gate`), within the `recorded` reach when one is given
+    (the one ingest recorded, which holds at that version: `gate.recorded_reach`),
+    else within the reach looked up now."""
     key = list(settings.pipeline.key_columns)
     required = required_columns(settings.pipeline)
     ids = recorded_ids(spark, settings, slice_id)
-    totals_of_ids = ids.agg(
+    totals = ids.agg(
         F.coalesce(F.sum("copies"), F.lit(0)).alias("valid"),
         F.count("*").alias("distinct_ids"),
         F.min("event_date").alias("first"),
         F.max("event_date").alias("last"),
-    )
-    totals = None
+    ).first()
     if recorded is False:
-        totals = totals_of_ids.first()
         reach = reach_of(spark, settings, ids.select(*key), window_of(totals, settings))
     else:
         reach = recorded
@@ -107,11 +104,10 @@ def slice_facts(
             *[F.count_if(F.col(f"_{c}") < 0).alias(f"negative_{c}") for c in KAFKA_POSITION],
         )
     )  # fmt: skip
-    found_row, read, quarantined, totals = side_by_side(
+    found_row, read, quarantined = side_by_side(
         lambda: found.first(),
         lambda: bronze_rows(spark, settings, slice_id),
         lambda: of_slice(spark, settings.table("quarantine"), QUARANTINE, slice_id).count(),
-        lambda: totals_of_ids.first() if totals is None else totals,
     )
     facts = {k: int(v) for k, v in found_row.asDict().items()}
     facts |= {
