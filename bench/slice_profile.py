@@ -21,6 +21,7 @@ import argparse
 import functools
 import importlib
 import json
+import os
 import pkgutil
 import statistics
 import sys
@@ -123,6 +124,20 @@ def instrument(timer: Timer) -> None:
         )
 
 
+def last_job(spark) -> int:
+    """The id of the newest Spark job (ids count up; the status store keeps the newest)."""
+    jobs = spark._jsc.sc().statusStore().jobsList(None)
+    return max((jobs.get(i).jobId() for i in range(jobs.size())), default=-1)
+
+
+def cpu_seconds(spark) -> float:
+    """CPU time of this process and its JVM (user and system), as the kernel counts it."""
+    own = sum(os.times()[:2])
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return own + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slices", type=int, default=10)
@@ -157,11 +172,14 @@ def main() -> None:
             timer.on = i >= MINUTE_WARMUP
             if i == MINUTE_WARMUP:
                 compiled_before = compiled.getCount()
+                jobs_before, cpu_before = last_job(spark), cpu_seconds(spark)
             run = workloads.w2_once(spark, settings, at, at + timedelta(minutes=1))
             if timer.on:
                 per_slice.append(run["seconds"])
         timer.on = False
         compilations = (compiled.getCount() - compiled_before) / args.slices
+        jobs = (last_job(spark) - jobs_before) / args.slices
+        cpu = (cpu_seconds(spark) - cpu_before) / args.slices
     n = args.slices
     rows = sorted(
         (
@@ -181,6 +199,9 @@ def main() -> None:
         "records": MINUTE_RECORDS,
         "slice_seconds_median": statistics.median(per_slice),
         "codegen_compilations_per_slice": compilations,
+        # Less noisy than wall time on a shared machine: what a cut must lower.
+        "spark_jobs_per_slice": jobs,
+        "cpu_seconds_per_slice": cpu,
         "steps": {
             s: timer.total.get(f"{m}.{s}", 0) / n
             for m, s in (
@@ -195,7 +216,8 @@ def main() -> None:
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"slice median {result['slice_seconds_median']:.2f} s; steps " + ", ".join(
         f"{k} {v:.2f}" for k, v in result["steps"].items())
-        + f"; {compilations:.1f} classes compiled a slice")  # fmt: skip
+        + f"; {compilations:.1f} classes compiled, {jobs:.1f} Spark jobs, "
+        f"{cpu:.2f} s of CPU a slice")  # fmt: skip
     print(f"{'own s':>7} {'total s':>8} {'calls':>6}  function (per slice, mean of {n})")
     for r in rows[:45]:
         print(f"{r['own_s']:7.3f} {r['total_s']:8.3f} {r['calls']:6.1f}  {r['name']}")
