@@ -11,6 +11,12 @@ less the timed functions it called in the same thread: the own times of one thre
 up to the step. Work handed to a second thread (`tables.side_by_side`) is timed in that
 thread and also shows as `side_by_side`'s wait, so those rows overlap.
 
+Each Spark job is counted against the innermost timed function running on the thread
+that started it (the wrappers set the thread's job group), and the process's CPU time
+(Python's and its JVM's) is read around the timed slices: a slice's job count does not
+move with the machine's load as its wall time does, so a cut of a few jobs shows there
+first.
+
 Timing wrappers cost a few microseconds a call against calls of milliseconds; the
 slice's total here is within the noise of `make bench-quick`'s.
 """
@@ -29,6 +35,7 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import FunctionType
@@ -52,6 +59,9 @@ class Timer:
         self.total: dict[str, float] = defaultdict(float)
         self.own: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
+        # Called with the innermost timed function's name as it changes on a thread (None
+        # when no timed function is running there): `main` tags that thread's Spark jobs.
+        self.tag: Callable[[str | None], None] | None = None
 
     def wrap(self, name, fn):
         @functools.wraps(fn)
@@ -60,12 +70,19 @@ class Timer:
                 return fn(*args, **kwargs)
             label = name(args) if callable(name) else name
             stack = self.local.__dict__.setdefault("stack", [])
+            labels = self.local.__dict__.setdefault("labels", [])
             stack.append(0.0)
+            labels.append(label)
+            if self.tag:
+                self.tag(label)
             t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 spent = time.perf_counter() - t0
+                labels.pop()
+                if self.tag:
+                    self.tag(labels[-1] if labels else None)
                 children = stack.pop()
                 if stack:
                     stack[-1] += spent
@@ -124,10 +141,31 @@ def instrument(timer: Timer) -> None:
         )
 
 
-def last_job(spark) -> int:
-    """The id of the newest Spark job (ids count up; the status store keeps the newest)."""
+def jobs_after(spark, after: int) -> list[tuple[int, str | None]]:
+    """Spark's jobs with ids above `after` (ids count up; the status store keeps the
+    newest): each id with its job group, the timed function that ran it (`tag_jobs`)."""
     jobs = spark._jsc.sc().statusStore().jobsList(None)
-    return max((jobs.get(i).jobId() for i in range(jobs.size())), default=-1)
+    found = []
+    for i in range(jobs.size()):
+        job = jobs.apply(i)
+        if job.jobId() > after:
+            group = job.jobGroup()
+            found.append((job.jobId(), group.get() if group.isDefined() else None))
+    return found
+
+
+def last_job(spark) -> int:
+    return max((job for job, _ in jobs_after(spark, -1)), default=-1)
+
+
+def tag_jobs(spark) -> Callable[[str | None], None]:
+    """Names the calling thread's next Spark jobs (their job group) after a function."""
+    sc = spark.sparkContext
+
+    def tag(label: str | None) -> None:
+        sc.setLocalProperty("spark.jobGroup.id", label)
+
+    return tag
 
 
 def cpu_seconds(spark) -> float:
@@ -166,19 +204,24 @@ def main() -> None:
         compiled = (
             spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
         )
-        per_slice = []
+        timer.tag = tag_jobs(spark)
+        per_slice, jobs_of = [], defaultdict(int)
         for i in range(count):
             at = first + i * timedelta(minutes=1)
             timer.on = i >= MINUTE_WARMUP
             if i == MINUTE_WARMUP:
                 compiled_before = compiled.getCount()
-                jobs_before, cpu_before = last_job(spark), cpu_seconds(spark)
+                seen, cpu_before = last_job(spark), cpu_seconds(spark)
             run = workloads.w2_once(spark, settings, at, at + timedelta(minutes=1))
             if timer.on:
                 per_slice.append(run["seconds"])
+                new = jobs_after(spark, seen)  # after each slice: the store keeps 1,000
+                for _, group in new:
+                    jobs_of[group or "(untimed)"] += 1
+                seen = max([seen, *(job for job, _ in new)])
         timer.on = False
         compilations = (compiled.getCount() - compiled_before) / args.slices
-        jobs = (last_job(spark) - jobs_before) / args.slices
+        jobs = sum(jobs_of.values()) / args.slices
         cpu = (cpu_seconds(spark) - cpu_before) / args.slices
     n = args.slices
     rows = sorted(
@@ -188,8 +231,9 @@ def main() -> None:
                 "own_s": timer.own[name] / n,
                 "total_s": timer.total[name] / n,
                 "calls": timer.calls[name] / n,
+                "spark_jobs": jobs_of.get(name, 0) / n,  # those it ran itself
             }
-            for name in timer.total
+            for name in {*timer.total, *jobs_of}
         ),
         key=lambda r: -r["own_s"],
     )
@@ -218,9 +262,14 @@ def main() -> None:
         f"{k} {v:.2f}" for k, v in result["steps"].items())
         + f"; {compilations:.1f} classes compiled, {jobs:.1f} Spark jobs, "
         f"{cpu:.2f} s of CPU a slice")  # fmt: skip
-    print(f"{'own s':>7} {'total s':>8} {'calls':>6}  function (per slice, mean of {n})")
+    print(
+        f"{'own s':>7} {'total s':>8} {'calls':>6} {'jobs':>5}  function (per slice, mean of {n})"
+    )
     for r in rows[:45]:
-        print(f"{r['own_s']:7.3f} {r['total_s']:8.3f} {r['calls']:6.1f}  {r['name']}")
+        print(
+            f"{r['own_s']:7.3f} {r['total_s']:8.3f} {r['calls']:6.1f} {r['spark_jobs']:5.1f}"
+            f"  {r['name']}"
+        )
 
 
 if __name__ == "__main__":
