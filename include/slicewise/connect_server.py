@@ -77,6 +77,11 @@ def server_conf(
         # detached; it is interrupted after this long unless a client reattaches. Its
         # commit, if it still lands, is fenced by the step's Delta idempotent-write id.
         "spark.connect.execute.manager.detachedTimeout": "60s",
+        # A listener event slower than a second is logged whole, unredacted, and a job's
+        # start event carries the driver's settings, the Connect token among them (seen
+        # in a CI run on a loaded machine). Spark's redaction covers its UI and event
+        # log, not this line.
+        "spark.scheduler.listenerbus.logSlowEvent": "false",
         # A client that died without releasing its session (SIGKILL) would keep its
         # cached slice in the server's memory for Spark's default of an hour.
         "spark.connect.session.manager.defaultSessionTimeout": "10min",
