@@ -29,6 +29,7 @@ import importlib
 import json
 import os
 import pkgutil
+import re
 import statistics
 import sys
 import tempfile
@@ -141,21 +142,31 @@ def instrument(timer: Timer) -> None:
         )
 
 
-def jobs_after(spark, after: int) -> list[tuple[int, str | None]]:
+def jobs_after(spark, after: int) -> list[tuple[int, str | None, str]]:
     """Spark's jobs with ids above `after` (ids count up; the status store keeps the
-    newest): each id with its job group, the timed function that ran it (`tag_jobs`)."""
+    newest): each id with its job group, the timed function that ran it (`tag_jobs`),
+    and what the job did: its description where the code that started it set one
+    (Delta names its own, e.g. "Compute snapshot for version: 12"), else its call site,
+    digits blanked so that the same work on another version counts as one."""
     jobs = spark._jsc.sc().statusStore().jobsList(None)
     found = []
     for i in range(jobs.size()):
         job = jobs.apply(i)
         if job.jobId() > after:
-            group = job.jobGroup()
-            found.append((job.jobId(), group.get() if group.isDefined() else None))
+            group, description = job.jobGroup(), job.description()
+            what = description.get() if description.isDefined() else job.name()
+            found.append(
+                (
+                    job.jobId(),
+                    group.get() if group.isDefined() else None,
+                    re.sub(r"\d+", "#", what.splitlines()[0])[:90],
+                )
+            )
     return found
 
 
 def last_job(spark) -> int:
-    return max((job for job, _ in jobs_after(spark, -1)), default=-1)
+    return max((job for job, _, _ in jobs_after(spark, -1)), default=-1)
 
 
 def tag_jobs(spark) -> Callable[[str | None], None]:
@@ -205,7 +216,7 @@ def main() -> None:
             spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
         )
         timer.tag = tag_jobs(spark)
-        per_slice, jobs_of = [], defaultdict(int)
+        per_slice, jobs_of, jobs_doing = [], defaultdict(int), defaultdict(int)
         for i in range(count):
             at = first + i * timedelta(minutes=1)
             timer.on = i >= MINUTE_WARMUP
@@ -216,9 +227,10 @@ def main() -> None:
             if timer.on:
                 per_slice.append(run["seconds"])
                 new = jobs_after(spark, seen)  # after each slice: the store keeps 1,000
-                for _, group in new:
+                for _, group, what in new:
                     jobs_of[group or "(untimed)"] += 1
-                seen = max([seen, *(job for job, _ in new)])
+                    jobs_doing[(group or "(untimed)", what)] += 1
+                seen = max([seen, *(job for job, _, _ in new)])
         timer.on = False
         compilations = (compiled.getCount() - compiled_before) / args.slices
         jobs = sum(jobs_of.values()) / args.slices
@@ -256,6 +268,11 @@ def main() -> None:
             )
         },
         "functions": rows,
+        # What the jobs did, per function that started them (per slice).
+        "jobs_by_work": [
+            {"function": f, "work": w, "jobs": c / n}
+            for (f, w), c in sorted(jobs_doing.items(), key=lambda kv: -kv[1])
+        ],
     }
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"slice median {result['slice_seconds_median']:.2f} s; steps " + ", ".join(
@@ -270,6 +287,9 @@ def main() -> None:
             f"{r['own_s']:7.3f} {r['total_s']:8.3f} {r['calls']:6.1f} {r['spark_jobs']:5.1f}"
             f"  {r['name']}"
         )
+    print(f"{'jobs':>5}  what they did, by the function that started them (per slice)")
+    for r in result["jobs_by_work"][:30]:
+        print(f"{r['jobs']:5.1f}  {r['function']}: {r['work']}")
 
 
 if __name__ == "__main__":

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import datetime
 from typing import NamedTuple
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from slicewise.tables import history
+from slicewise.tables import history, latest_commit
 
 PREFIX = "slicewise slices="
 
@@ -72,23 +72,28 @@ class Commit(NamedTuple):
 Commits = list[Commit]
 
 
+def epoch_seconds(at: datetime) -> int:
+    """A history row's commit time as epoch seconds. PySpark hands a timestamp over as a
+    naive datetime in the client's own zone (its `fold` set where that zone's clock
+    repeats an hour), which `timestamp()` reads back to the same instant."""
+    return int(at.timestamp())
+
+
 def commits_above(spark: SparkSession, path: str, floor: int) -> Commits:
     """The table's commits above version `floor`, oldest first; its latest version always
     among them. One `DESCRIBE HISTORY` of those commits only: `floor` is a version already
     proved (`Ledger.verified_floor`)."""
-    # The instant as epoch seconds: a timestamp would arrive in the session's zone.
-    columns = ("version", "userMetadata", F.unix_timestamp("timestamp").alias("at"), "operation")
-    latest = history(spark, path, 1).select(*columns).first()
+    latest = latest_commit(spark, path)
     if latest.version <= floor:  # nothing above it: the latest version, already proved
-        return [Commit(int(latest.version), (), latest.at, "")]
+        return [Commit(int(latest.version), (), epoch_seconds(latest.timestamp), "")]
     rows = [latest]
     if latest.version - floor > 1:
-        rows = history(spark, path, latest.version - floor).select(*columns).collect()
+        rows = history(spark, path, latest.version - floor).collect()
     return sorted(
         Commit(
             int(r.version),
             tagged_slices(r.userMetadata),
-            r.at,
+            epoch_seconds(r.timestamp),
             r.operation,
             (r.userMetadata or "").startswith(PREFIX),
         )

@@ -154,7 +154,7 @@ def gold_state(spark: SparkSession, path: str) -> tuple[int, int]:
     yet; built -1: gold predates the fence, or its last build is 50 commits back)."""
     if not table_exists(spark, path):
         return -1, -1
-    rows = history(spark, path, 50).select("version", "userMetadata").collect()
+    rows = history(spark, path, 50).collect()
     built = next(
         (
             int(r.userMetadata[len(BUILT_FROM) :].split(" ", 1)[0])

@@ -43,6 +43,7 @@ from slicewise.tables import (
     delta_ref,
     history,
     ids_may_be_forgotten,
+    latest_commit,
     of_slice,
     retry_on_conflict,
     side_by_side,
@@ -276,7 +277,9 @@ def copied_twice(metrics: Row | dict, sources: int) -> bool:
 def committed_merge_metrics(spark: SparkSession, path: str, writer: str) -> dict | None:
     """The metrics of `writer`'s own MERGE (tagged with it alone, deleting nothing) among
     silver's last 50 commits, as a MERGE returns them; None when it is not there."""
-    for row in history(spark, path, 50).where("operation = 'MERGE'").collect():
+    for row in history(spark, path, 50).collect():
+        if row["operation"] != "MERGE":
+            continue
         done = row["operationMetrics"] or {}
         alone = tagged_slices(row["userMetadata"]) == (writer,)
         if alone and done.get("numTargetRowsDeleted") == "0":
@@ -319,7 +322,7 @@ def merge_survivors(
     window = horizon_window(span["first"], span["last"], settings.dedup_horizon_days)
     ids_version = None
     if attempt:  # read before the lookup
-        latest = history(spark, settings.table("slice_ids"), 1).first()
+        latest = latest_commit(spark, settings.table("slice_ids"))
         if attempt in (latest["userMetadata"] or ""):
             ids_version = int(latest["version"])
     reach = reach_of(spark, settings, kept.select(*pipeline.key_columns), window)

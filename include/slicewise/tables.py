@@ -124,12 +124,19 @@ def replace_slice(df: DataFrame, path: str, slice_id: str) -> None:
 
 
 def history(spark: SparkSession, path: str, recent: int) -> DataFrame:
-    """The table's last `recent` commits, newest first (DESCRIBE HISTORY)."""
+    """The table's last `recent` commits, newest first (DESCRIBE HISTORY). Collect it and
+    pick rows in Python: a `select`, `where` or `first()` on the command's result is one
+    more Spark job (bench/results/NOTES.md, 2026-12-06, evening)."""
     return spark.sql(f"DESCRIBE HISTORY {delta_ref(path)} LIMIT {int(recent)}")
 
 
+def latest_commit(spark: SparkSession, path: str) -> Row:
+    """The history row of the table's latest commit."""
+    return history(spark, path, 1).collect()[0]
+
+
 def table_version(spark: SparkSession, path: str) -> int:
-    return int(history(spark, path, 1).select("version").first()[0])
+    return int(latest_commit(spark, path)["version"])
 
 
 def read_table(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
@@ -152,7 +159,8 @@ def tagged_commit(spark: SparkSession, path: str, attempt: str, recent: int = 50
     """The history row of the commit that carries `attempt` in its userMetadata, among the
     table's last `recent` commits; None if there is none: a write with an idempotent-write
     id whose version was already committed returns normally without committing anything."""
-    return history(spark, path, recent).where(F.col("userMetadata").contains(attempt)).first()
+    commits = history(spark, path, recent).collect()
+    return next((c for c in commits if attempt in (c["userMetadata"] or "")), None)
 
 
 def commit_metrics(spark: SparkSession, path: str, attempt: str, recent: int = 50) -> dict | None:
