@@ -199,7 +199,7 @@ def test_runs_on_other_hosts_with_tables_on_s3_are_exact(
         until_closed=False,  # no second backfill follows
     ).values()
     assert backfilled.state == "success", backfilled
-    assert deployment.wait_for_scheduled_success() == latest
+    assert deployment.wait_for_scheduled_success(at=latest) == latest
     # The runs' data intervals, not now(), named the slices. A test that runs across the
     # hour also sees the scheduler rightly run the hour that closed meanwhile (no events).
     slices = [s for s in ledger.slices() if s.start <= latest]
