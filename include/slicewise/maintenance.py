@@ -19,6 +19,10 @@ One run (the pipeline's maintenance DAG, daily by default; `slicewise maintain`)
    are deleted. That span is the reach of time travel, and it may not be shorter than
    a step attempt may run (SLICEWISE_STEP_TIMEOUT): a running attempt never loses a
    file of the snapshot it reads, nor a file it is still writing.
+5. The key index (`key_index`): the slices `slice_ids` recorded since the last run,
+   added as one run sorted by key, so that a slice's lookup of its keys' far copies
+   costs what the slice and that tail cost, not the whole history. Never compacted:
+   OPTIMIZE would undo the sort.
 
 Live slices write beside it. Each command commits once per table; when a slice's
 commit wins the race Delta fails the loser, which runs again (`retry_on_conflict`) and
@@ -37,6 +41,7 @@ from datetime import date, datetime, timedelta, timezone
 from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
 
+from slicewise import key_index
 from slicewise.config import Settings
 from slicewise.errors import OperationalError
 from slicewise.ledger import BRONZE_DROPPED, Ledger
@@ -155,7 +160,28 @@ def run_maintenance(
         done.files_after = int(describe(spark, path)["numFiles"])
         log.info("maintained %s: %s", name, asdict(done))
         upkeep.append(done)
+    if table_exists(spark, settings.table("slice_ids")):
+        upkeep.append(maintain_key_index(spark, settings, policy))
     return MaintenanceResult(pipeline.name, today.isoformat(), settled.isoformat(), upkeep, kept)
+
+
+def maintain_key_index(spark: SparkSession, settings: Settings, policy: Maintenance) -> TableUpkeep:
+    """5. The key index: the slices recorded since its last run added as a sorted run, or
+    it rebuilt (`key_index.refresh`); never compacted (OPTIMIZE would undo the sort),
+    vacuumed as the other tables are."""
+    path = settings.table(key_index.TABLE)
+    before = int(describe(spark, path)["numFiles"]) if table_exists(spark, path) else 0
+    refreshed = key_index.refresh(spark, settings)
+    done = TableUpkeep(key_index.TABLE, files_before=before)
+    if not table_exists(spark, path):
+        return done
+    detail = describe(spark, path)
+    done.files_compacted = int(refreshed.rebuilt) * before
+    state_retention(spark, path, key_index.TABLE, detail["properties"] or {}, policy)
+    done.files_vacuumed, done.bytes_vacuumed = vacuum(spark, path)
+    done.files_after = int(describe(spark, path)["numFiles"])
+    log.info("maintained %s: %s (%s)", key_index.TABLE, asdict(done), refreshed)
+    return done
 
 
 def _dates_before(day: date) -> str:

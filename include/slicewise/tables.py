@@ -114,11 +114,13 @@ def append_slice_once(
 
 
 def replace_slice(df: DataFrame, path: str, slice_id: str) -> None:
-    """The slice's rows of a table become `df`'s (other slices' rows untouched)."""
+    """The slice's rows of a table become `df`'s (other slices' rows untouched). The
+    commit names the slice, as an append's does (the key index reads it: `key_index`)."""
     (
         df.write.format("delta")
         .mode("overwrite")
         .option("replaceWhere", f"slice_id = '{slice_id}'")
+        .option("userMetadata", json.dumps({"step": "replace", "slice_id": slice_id}))
         .save(path)
     )
 

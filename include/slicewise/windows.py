@@ -16,6 +16,7 @@ from datetime import date
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
+from slicewise import key_index
 from slicewise.config import Settings
 from slicewise.schemas import silver_schema, slice_ids_schema
 from slicewise.tables import of_slice, read_table
@@ -96,15 +97,25 @@ def far_dates(
 ) -> tuple[date, ...]:
     """The event dates outside `window` where any slice recorded a copy of one of `keys`
     as its survivor: where silver may store such a key's row (it holds the copy of one
-    of those slices). `slice_ids` is the key index: one narrow scan of it (compacted by
-    maintenance), and almost always no date.
+    of those slices). Almost always no date.
 
     A slice's ids commit before its MERGE looks here (`silver.write_slice`), so of two
     slices racing with copies of a key far apart, the later lookup finds the other's
     date, and its MERGE then reads that partition: Delta fails it if the other's MERGE
     wrote there meanwhile, and the retry finds the row. The other MERGE may commit
     last, never having read this date: `silver.settle_far_copies` looks again after
-    it."""
+    it.
+
+    The key index (`key_index`), once maintenance built it, answers the same at a cost
+    that follows the slice; without one this scans `slice_ids`."""
+    indexed = key_index.lookup(spark, settings, keys, window)
+    return scanned_far_dates(spark, settings, keys, window) if indexed is None else indexed
+
+
+def scanned_far_dates(
+    spark: SparkSession, settings: Settings, keys: DataFrame, window: Window
+) -> tuple[date, ...]:
+    """`far_dates` from a scan of all of `slice_ids` (no key index yet)."""
     lo, hi = window
     key = list(settings.pipeline.key_columns)
     ids = read_table(spark, settings.table("slice_ids"), slice_ids_schema(settings.pipeline))

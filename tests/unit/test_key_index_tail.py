@@ -1,0 +1,36 @@
+"""The key index's tail: which of `slice_ids`' commits above the index's version it must
+read, by slice, and when it must fall back to a scan."""
+
+from __future__ import annotations
+
+import json
+
+from slicewise.key_index import Tail, tail_of
+
+
+def commit(version: int, operation: str = "WRITE", slice_id: str | None = None) -> dict:
+    meta = json.dumps({"step": "silver", "slice_id": slice_id}) if slice_id else None
+    return {"version": version, "operation": operation, "userMetadata": meta}
+
+
+def test_the_slices_written_above_the_index_version_are_the_tail():
+    history = [commit(7, slice_id="c"), commit(6, "OPTIMIZE"), commit(5, slice_id="b"),
+               commit(4, slice_id="a")]  # fmt: skip
+    assert tail_of(history, 4) == Tail(7, ("b", "c"))
+    assert tail_of(history, 3) == Tail(7, ("a", "b", "c"))
+
+
+def test_nothing_above_the_index_version_is_an_empty_tail():
+    assert tail_of([commit(4, slice_id="a")], 4) == Tail(4, ())
+    assert tail_of([commit(6, "VACUUM END"), commit(5, "VACUUM START")], 4) == Tail(6, ())
+
+
+def test_a_history_that_does_not_reach_back_is_no_tail():
+    assert tail_of([commit(9, slice_id="c"), commit(8, slice_id="b")], 4) is None
+
+
+def test_a_commit_that_may_change_rows_without_naming_its_slice_is_no_tail():
+    assert tail_of([commit(6), commit(5, slice_id="b")], 4) is None
+    assert tail_of([commit(5, "DELETE")], 4) is None
+    broken = {"version": 5, "operation": "WRITE", "userMetadata": "not json"}
+    assert tail_of([broken], 4) is None
