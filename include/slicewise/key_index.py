@@ -11,13 +11,17 @@ A lookup's keys go down to Parquet as point predicates (IN lists of at most
 of them (bench/results/NOTES.md, 2026-12-03: 0.65 s at 10 million keys, 0.87 s at
 100 million, against 2.23 and 13.95 s for the scan).
 
-Maintenance alone writes the index (`refresh`): the slices whose ids `slice_ids`
-committed since the version the index covers (its property `COVERS`) become one
-more run, sorted; past `MAX_RUNS` runs, or when the tail holds a commit whose slice
-is unknown, it is rebuilt from all of `slice_ids`. A lookup reads the index and the
-tail (the slices `slice_ids`' history names above `COVERS`, read by slice id), so
-it misses nothing committed before it started, which is what the race between two
-slices' lookups relies on (`windows.far_dates`). The index only grows between
+Runs are written as an LSM tree writes them. Publication, once its slice is
+published, adds the slices `slice_ids` recorded since the index's version as a run
+when they are `FLUSH_SLICES` or more (`flush`), and merges runs of a tier into one
+of the next, up to `STEP_MERGE_KEYS`; maintenance does the bigger merges, and builds
+the index where there is none or where the tail holds a commit whose slice is unknown
+(`refresh`). Each of the index's commits records in its userMetadata the `slice_ids`
+version it holds all of (`covers`). A lookup reads the runs and the tail: the slices
+`slice_ids`' history names above that version, read by slice id. So it misses
+nothing committed before it started, which the race between two slices' lookups
+relies on (`windows.far_dates`), and it opens about `FANOUT` runs a tier and at most
+`FLUSH_SLICES` tail slices, whatever the history. The index only grows between
 rebuilds: a replay that rewrote a slice's ids leaves its old pairs, so a lookup may
 find a date it does not need (its MERGE reads one partition more), never miss one.
 """
@@ -35,25 +39,26 @@ from pyspark.sql import functions as F
 from slicewise.config import Settings
 from slicewise.schemas import slice_ids_schema
 from slicewise.tables import (
-    delta_ref,
     history,
+    latest_commit,
     read_table,
     retry_on_conflict,
     stored_table,
-    table_properties,
 )
 
 log = logging.getLogger(__name__)
 
 TABLE = "key_index"
-COVERS = "slicewise.keyIndex.covers"  # the `slice_ids` version the index holds all of
 CHUNK = 100  # keys per IN list: Spark turns each into an OR of equalities that Parquet
 # tests page by page; above `spark.sql.parquet.pushdown.inFilterThreshold` it pushes a
 # set that Parquet tests by its min and max only, and one list of 1,200 equalities
 # overflowed a task's stack (NOTES, 2026-12-03)
 POINT_KEYS = 10_000  # a slice with more keys joins the index instead (a scan of it)
 TAIL_COMMITS = 1_000  # a longer tail than this is read as a scan of `slice_ids`
-MAX_RUNS = 24  # past this many runs, the next refresh rebuilds the index as one
+FLUSH_SLICES = 16  # a publication adds the tail as a run once it holds this many slices
+FANOUT = 8  # runs of one tier merged into one run of the next
+FIRST_TIER_KEYS = 50_000  # runs up to this size are tier 0; each tier FANOUT times larger
+STEP_MERGE_KEYS = 2_000_000  # the merges a publication may make; larger ones: maintenance
 ROWS_PER_FILE = 4_000_000  # a run's files: few to open, row groups and pages small
 RUN_WRITER = {  # Parquet writer settings of a run (session settings reach the writer)
     "parquet.block.size": str(4 * 1024 * 1024),
@@ -118,15 +123,17 @@ def read_tail(spark: SparkSession, settings: Settings, since: int) -> Tail | Non
 
 
 def covered(spark: SparkSession, settings: Settings) -> int | None:
-    """The `slice_ids` version the index holds all of; None without an index. (Its
-    absence costs one analysis round trip, no DESCRIBE: most pipelines have none.)"""
+    """The `slice_ids` version the index holds all of (its latest commit's `covers`);
+    None without an index. (Its absence costs one analysis round trip: most pipelines
+    have none until maintenance first runs.)"""
     path = settings.table(TABLE)
     if stored_table(spark, path) is None:
         return None
-    properties = table_properties(spark, path)
-    if not properties or COVERS not in properties:
+    metadata = latest_commit(spark, path)["userMetadata"]
+    try:
+        return int(json.loads(metadata or "{}")["covers"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
-    return int(properties[COVERS])
 
 
 def point_predicates(column: str, values: list) -> Column:
@@ -177,87 +184,177 @@ def lookup(
 @dataclass(frozen=True)
 class Refreshed:
     covers: int | None  # the `slice_ids` version the index now holds all of
-    rebuilt: bool  # written anew from all of `slice_ids` (else a run added, or nothing)
-    keys: int  # pairs written
+    rebuilt: bool  # written anew from all of `slice_ids`
+    keys: int  # pairs written: the tail's run, the merges', or the rebuild's
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str  # the partition: the `slice_ids` versions it holds, "<from>-<to>"
+    keys: int
+
+    @property
+    def span(self) -> tuple[int, int]:
+        low, high = self.name.split("-")
+        return int(low), int(high)
+
+    @property
+    def tier(self) -> int:
+        tier, size = 0, FIRST_TIER_KEYS
+        while self.keys > size:
+            tier, size = tier + 1, size * FANOUT
+        return tier
+
+
+def run_name(low: int, high: int) -> str:
+    return f"{low:012d}-{high:012d}"
 
 
 def refresh(spark: SparkSession, settings: Settings) -> Refreshed:
-    """Add the slices `slice_ids` recorded since the index's version as one sorted run,
-    or rebuild the index from all of `slice_ids` (none yet, a tail not by slice, or
-    more than MAX_RUNS runs). Maintenance's, one at a time per pipeline; a run that
-    loses a race to another refresh is retried on the new snapshot."""
-    return retry_on_conflict(lambda: _refresh(spark, settings), "the key index's refresh")
+    """Maintenance's: the tail added as a run and every tier merged, or the index built
+    from all of `slice_ids` where there is none or its tail is not by slice. A write
+    that loses a race to another is retried on the new snapshot."""
+    done = retry_on_conflict(
+        lambda: _refresh(spark, settings, build=True, flush_from=1, merge_keys=None),
+        "the key index's refresh",
+    )
+    return done or Refreshed(None, False, 0)
 
 
-def _refresh(spark: SparkSession, settings: Settings) -> Refreshed:
-    path, source = settings.table(TABLE), settings.table("slice_ids")
+def flush(spark: SparkSession, settings: Settings) -> Refreshed | None:
+    """A publication's: where an index exists and its tail holds FLUSH_SLICES slices or
+    more, the tail added as a run, and tiers merged up to STEP_MERGE_KEYS. Best effort:
+    the lookup is exact without it (a longer tail), so a failure is logged, not raised."""
+    try:
+        return retry_on_conflict(
+            lambda: _refresh(
+                spark, settings, build=False, flush_from=FLUSH_SLICES, merge_keys=STEP_MERGE_KEYS
+            ),
+            "the key index's flush",
+        )
+    except Exception as exc:  # noqa: BLE001 - an optimisation; maintenance catches up
+        log.warning("key index: the tail was not added as a run (%s); maintenance will", exc)
+        return None
+
+
+def _refresh(
+    spark: SparkSession,
+    settings: Settings,
+    build: bool,
+    flush_from: int,
+    merge_keys: int | None,
+) -> Refreshed | None:
+    source = settings.table("slice_ids")
     if stored_table(spark, source) is None:
-        return Refreshed(None, False, 0)
+        return None
     since = covered(spark, settings)
     tail = None if since is None else read_tail(spark, settings, since)
-    runs = 0 if tail is None else _runs(spark, path)
-    if tail is not None and runs < MAX_RUNS:
-        if not tail.slices:
-            return Refreshed(since, False, 0)
+    if tail is None:
+        if not build:
+            return None
+        version = _latest(spark, source)
+        rows = _as_of(spark, source, version)
+        written = _write_run(spark, settings, rows, run_name(0, version), version, replacing=ALL)
+        return Refreshed(version, True, written)
+    assert since is not None
+    written, covers = 0, since
+    if not tail.slices:
+        covers = tail.version  # only commits that change no row since: held already
+    elif len(tail.slices) >= flush_from:
         rows = _as_of(spark, source, tail.version).where(F.col("slice_id").isin(list(tail.slices)))
-        written = _write_run(
-            spark, settings, rows, f"{since + 1:012d}-{tail.version:012d}", "append"
+        written += _write_run(
+            spark, settings, rows, run_name(since + 1, tail.version), tail.version
         )
-        _set_covers(spark, path, tail.version)
-        return Refreshed(tail.version, False, written)
-    version = _latest(spark, source)
-    written = _write_run(
-        spark, settings, _as_of(spark, source, version), f"0-{version:012d}", "overwrite"
-    )
-    _set_covers(spark, path, version)
-    return Refreshed(version, True, written)
+        covers = tail.version
+    written += _merge_tiers(spark, settings, covers, merge_keys)
+    return Refreshed(covers, False, written)
+
+
+def _merge_tiers(spark: SparkSession, settings: Settings, covers: int, limit: int | None) -> int:
+    """Merge the runs of the lowest tier that holds FANOUT of them into one, again until
+    no tier does (or the next merge would write more than `limit` keys)."""
+    written = 0
+    while True:
+        runs = _runs(spark, settings.table(TABLE))
+        by_tier: dict[int, list[Run]] = {}
+        for run in runs:
+            by_tier.setdefault(run.tier, []).append(run)
+        full = [group for _, group in sorted(by_tier.items()) if len(group) >= FANOUT]
+        if not full:
+            return written
+        group = full[0]
+        keys = sum(r.keys for r in group)
+        if limit is not None and keys > limit:
+            return written
+        spans = [r.span for r in group]
+        index = spark.read.format("delta").load(settings.table(TABLE))
+        rows = index.where(F.col("run").isin([r.name for r in group]))
+        name = run_name(min(lo for lo, _ in spans), max(hi for _, hi in spans))
+        written += _write_run(spark, settings, rows, name, covers, replacing=group)
 
 
 def _latest(spark: SparkSession, path: str) -> int:
-    return int(history(spark, path, 1).collect()[0]["version"])
+    return int(latest_commit(spark, path)["version"])
 
 
 def _as_of(spark: SparkSession, path: str, version: int) -> DataFrame:
     return spark.read.format("delta").option("versionAsOf", version).load(path)
 
 
-def _runs(spark: SparkSession, path: str) -> int:
+def _runs(spark: SparkSession, path: str) -> list[Run]:
     table = stored_table(spark, path)
-    return 0 if table is None else table.select("run").distinct().count()
+    if table is None:
+        return []
+    return [Run(r["run"], int(r["count"])) for r in table.groupBy("run").count().collect()]
 
 
-def _write_run(spark: SparkSession, settings: Settings, ids: DataFrame, run: str, mode: str) -> int:
-    """Write `ids`' (key, event date) pairs as the run `run`, sorted by key."""
+ALL: list[Run] = []  # `_write_run`'s `replacing` for a build: in place of every run
+
+
+def _write_run(
+    spark: SparkSession,
+    settings: Settings,
+    ids: DataFrame,
+    run: str,
+    covers: int,
+    replacing: list[Run] | None = None,
+) -> int:
+    """Write `ids`' (key, event date) pairs as the run `run`, sorted by key: added
+    (`replacing` None), in place of the runs `replacing` (a merge), or in place of
+    every run (`ALL`: a build). Its commit records `covers`. Nothing is written for
+    no pairs but by a build (an empty append commits nothing in Delta anyway)."""
     key = list(settings.pipeline.key_columns)
     pairs = ids.select(*key, "event_date").distinct().cache()
     try:
         count = pairs.count()
+        if count == 0 and replacing is None:
+            return 0
         files = max(1, -(-count // ROWS_PER_FILE))
+        metadata = {"step": "key_index", "run": run, "covers": covers}
+        writer = (
+            pairs.repartitionByRange(files, *key)
+            .sortWithinPartitions(*key)
+            .withColumn("run", F.lit(run))
+            .write.format("delta")
+            .partitionBy("run")
+            .option("userMetadata", json.dumps(metadata))
+        )
+        if replacing is None:
+            writer = writer.mode("append")
+        elif replacing is ALL:
+            writer = writer.mode("overwrite")
+        else:
+            # The predicate holds the written rows too (Delta refuses rows outside it).
+            listed = ", ".join(f"'{name}'" for name in sorted({run, *(r.name for r in replacing)}))
+            writer = writer.mode("overwrite").option("replaceWhere", f"run IN ({listed})")
         for name, value in RUN_WRITER.items():
             spark.conf.set(name, value)
         try:
-            (
-                pairs.repartitionByRange(files, *key)
-                .sortWithinPartitions(*key)
-                .withColumn("run", F.lit(run))
-                .write.format("delta")
-                .mode(mode)
-                .partitionBy("run")
-                .option("userMetadata", json.dumps({"step": "key_index", "run": run}))
-                .save(settings.table(TABLE))
-            )
+            writer.save(settings.table(TABLE))
         finally:
             for name in RUN_WRITER:
                 spark.conf.unset(name)
     finally:
         pairs.unpersist()
-    log.info("key index: run %s, %d key(s), %d file(s) (%s)", run, count, files, mode)
+    log.info("key index: run %s, %d key(s), %d file(s)", run, count, files)
     return count
-
-
-def _set_covers(spark: SparkSession, path: str, version: int) -> None:
-    """Record, after the run committed, that the index holds `slice_ids` up to
-    `version`: cut off between the two, the index only holds more than it says."""
-    spark.sql(
-        f"ALTER TABLE {delta_ref(path)} SET TBLPROPERTIES ('{COVERS}' = '{version}')"
-    ).collect()

@@ -20,6 +20,7 @@ from datetime import date
 
 from pyspark.sql import SparkSession
 
+from slicewise import key_index
 from slicewise.acknowledge import acknowledge
 from slicewise.commits import Commits, commits_above, last_commit
 from slicewise.config import Settings
@@ -131,6 +132,9 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
         ledger.raise_verified_floor(version)
     log.info("published %s: gold hours %s", slice_id, hours or "none")
     acknowledge(settings, ledger, ledger.load_slice(slice_id))
+    # Once published: the slices recorded since the key index's last run, if enough
+    # of them, become a run of it, so the next slices' lookups stay short.
+    key_index.flush(spark, settings)
     return publication
 
 

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from pyspark.sql import functions as F
 
+from slicewise import key_index
 from slicewise import maintenance as maintenance_module
 from slicewise.bronze import BronzeDropped
 from slicewise.gate import run_gate
@@ -21,6 +22,7 @@ from slicewise.ledger import BRONZE_DROPPED, Ledger
 from slicewise.maintenance import run_maintenance
 from slicewise.planner import plan_slice
 from slicewise.publish import run_publish
+from slicewise.tables import table_version
 from slicewise_dev.producer import Record, event_value
 
 pytestmark = pytest.mark.integration
@@ -133,7 +135,13 @@ def test_maintenance_compacts_purges_retains_and_vacuums(
     first = run_maintenance(spark, settings, now=NOW)
     first_ended = time.monotonic()
     by_table = {t.table: t for t in first.tables}
-    assert set(by_table) == {"bronze", "silver", "quarantine", "slice_ids", "gold_events_per_hour"}
+    assert set(by_table) == {
+        "bronze", "silver", "quarantine", "slice_ids", "gold_events_per_hour", "key_index"
+    }  # fmt: skip
+    # The key index holds every slice recorded so far: the next slices look up there.
+    assert by_table["key_index"].files_after >= 1
+    indexed = key_index.covered(spark, settings)
+    assert indexed == table_version(spark, settings.table("slice_ids"))
     # Every date but today's is compacted, yesterday's inside the horizon too.
     assert files_per_date(spark, settings) == {day: 1, yesterday: 1, today: 3}
     assert (first.compacted_before, first.settled_before) == (
@@ -167,6 +175,9 @@ def test_maintenance_compacts_purges_retains_and_vacuums(
     time.sleep(max(0.0, first_ended + RETAIN + 1 - time.monotonic()))
     second = run_maintenance(spark, settings, now=NOW)
     silver_upkeep = next(t for t in second.tables if t.table == "silver")
+    # The slice since then was added as a run of its own, not by a rebuild.
+    assert key_index.covered(spark, settings) > indexed
+    assert next(t for t in second.tables if t.table == "key_index").files_compacted == 0
     assert silver_upkeep.deletion_vectors_purged == 1
     assert silver_upkeep.files_vacuumed >= by_table["silver"].files_compacted
     assert silver_upkeep.bytes_vacuumed > 0

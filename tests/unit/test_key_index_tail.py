@@ -34,3 +34,13 @@ def test_a_commit_that_may_change_rows_without_naming_its_slice_is_no_tail():
     assert tail_of([commit(5, "DELETE")], 4) is None
     broken = {"version": 5, "operation": "WRITE", "userMetadata": "not json"}
     assert tail_of([broken], 4) is None
+
+
+def test_a_run_s_tier_grows_with_its_keys_by_the_fanout():
+    from slicewise.key_index import FANOUT, FIRST_TIER_KEYS, Run
+
+    assert Run("000000000001-000000000009", 10).tier == 0
+    assert Run("x-y", FIRST_TIER_KEYS).tier == 0
+    assert Run("x-y", FIRST_TIER_KEYS + 1).tier == 1
+    assert Run("x-y", FIRST_TIER_KEYS * FANOUT + 1).tier == 2
+    assert Run("000000000001-000000000009", 10).span == (1, 9)
