@@ -59,6 +59,7 @@ FLUSH_SLICES = 16  # a publication adds the tail as a run once it holds this man
 FANOUT = 8  # runs of one tier merged into one run of the next
 FIRST_TIER_KEYS = 50_000  # runs up to this size are tier 0; each tier FANOUT times larger
 STEP_MERGE_KEYS = 2_000_000  # the merges a publication may make; larger ones: maintenance
+RECENT_COMMITS = 20  # the index's commits read for its `covers` (a maintenance run adds 3)
 ROWS_PER_FILE = 4_000_000  # a run's files: few to open, row groups and pages small
 RUN_WRITER = {  # Parquet writer settings of a run (session settings reach the writer)
     "parquet.block.size": str(4 * 1024 * 1024),
@@ -123,17 +124,19 @@ def read_tail(spark: SparkSession, settings: Settings, since: int) -> Tail | Non
 
 
 def covered(spark: SparkSession, settings: Settings) -> int | None:
-    """The `slice_ids` version the index holds all of (its latest commit's `covers`);
-    None without an index. (Its absence costs one analysis round trip: most pipelines
-    have none until maintenance first runs.)"""
+    """The `slice_ids` version the index holds all of (`covers`, in its newest commit
+    of a run: maintenance's VACUUM and properties commit after it); None without an
+    index. (Its absence costs one analysis round trip: most pipelines have none until
+    maintenance first runs.)"""
     path = settings.table(TABLE)
     if stored_table(spark, path) is None:
         return None
-    metadata = latest_commit(spark, path)["userMetadata"]
-    try:
-        return int(json.loads(metadata or "{}")["covers"])
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-        return None
+    for commit in history(spark, path, RECENT_COMMITS).collect():
+        try:
+            return int(json.loads(commit["userMetadata"] or "{}")["covers"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue
+    return None
 
 
 def point_predicates(column: str, values: list) -> Column:
