@@ -12,8 +12,9 @@ another date), median of `--repeat`:
   joined left-semi against all of `slice_ids`, bin-packed by OPTIMIZE.
 - `index`: the product's lookup (`key_index.lookup`) once maintenance's refresh built
   the index from that history: point predicates pushed down to the sorted run.
-- `index_tail`: the same with a tail of `--tail` slices recorded since (an hour of
-  one-minute slices between two refreshes by default), read by slice id.
+- `index_tail`: the same with `--runs` more runs added by publications' flushes (7 by
+  default: the most tier 0 holds before a merge) and a tail of `--tail` slices recorded
+  since (15 by default: the most before a flush), read by slice id.
 
 All must find the same dates. Prints a table and writes bench/results/key-lookup.json.
 A probe for issue 67, not a workload of `make bench`.
@@ -67,9 +68,9 @@ def write_history(spark, n: int, settings: Settings) -> None:
     spark.sql(f"OPTIMIZE delta.`{path}`").collect()
 
 
-def record_tail(spark, settings: Settings, slices: int) -> None:
+def record_tail(spark, settings: Settings, slices: int, first: int = 0) -> None:
     """`slices` more slices of SLICE new keys each, appended one commit each as silver does."""
-    for s in range(slices):
+    for s in range(first, first + slices):
         rows = spark.range(SLICE).select(
             F.lit(f"tail-{s:04d}").alias("slice_id"),
             F.md5(F.concat(F.lit(f"tail-{s}-"), F.col("id").cast("string"))).alias("event_id"),
@@ -119,7 +120,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--tail", type=int, default=60, help="slices recorded since the index")
+    parser.add_argument("--runs", type=int, default=7, help="runs flushed after the build")
+    parser.add_argument("--tail", type=int, default=15, help="slices recorded since the last run")
     parser.add_argument("--remote", help="an existing Spark Connect server (sc://...)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench/results/key-lookup.json")
     args = parser.parse_args()
@@ -139,13 +141,16 @@ def main() -> None:
             settings = load_settings({"SLICEWISE_LAKEHOUSE": str(work / f"lakehouse-{n}")})
             write_history(spark, n, settings)
             keys = slice_keys(n)
-            row: dict = {"keys": n, "tail_slices": args.tail}
+            row: dict = {"keys": n, "runs_flushed": args.runs, "tail_slices": args.tail}
             began = time.perf_counter()
             built = key_index.refresh(spark, settings)
             row["index_build_s"] = time.perf_counter() - began
             row["scan"], scanned = timed(spark, settings, keys, False, args.repeat)
             row["index"], indexed = timed(spark, settings, keys, True, args.repeat)
-            record_tail(spark, settings, args.tail)
+            for r in range(args.runs):
+                record_tail(spark, settings, key_index.FLUSH_SLICES, r * key_index.FLUSH_SLICES)
+                assert key_index.flush(spark, settings).keys > 0
+            record_tail(spark, settings, args.tail, args.runs * key_index.FLUSH_SLICES)
             row["index_tail"], tailed = timed(spark, settings, keys, True, args.repeat)
             row["slice_ids_table"] = table_size(spark, settings.table("slice_ids"))
             row["index_table"] = table_size(spark, settings.table(key_index.TABLE))
