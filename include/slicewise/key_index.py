@@ -172,16 +172,19 @@ def lookup(
     if not first:
         return ()
     index = spark.read.format("delta").load(settings.table(TABLE)).where(outside)
+    ids = read_table(spark, settings.table("slice_ids"), slice_ids_schema(settings.pipeline))
+    recent = ids.where(F.col("slice_id").isin(list(tail.slices))).where(outside)
     if len(first) <= POINT_KEYS:
         spark.conf.set("spark.sql.parquet.pushdown.inFilterThreshold", str(CHUNK))
-        index = index.where(point_predicates(key[0], first))
+        points = point_predicates(key[0], first)
+        index, recent = index.where(points), recent.where(points)
     pairs = index.select(*key, "event_date")
     if tail.slices:
-        ids = read_table(spark, settings.table("slice_ids"), slice_ids_schema(settings.pipeline))
-        recent = ids.where(F.col("slice_id").isin(list(tail.slices))).where(outside)
         pairs = pairs.unionByName(recent.select(*key, "event_date"))
-    rows = pairs.join(keys.select(*key), key, "left_semi").select("event_date").distinct()
-    return tuple(sorted(r.event_date for r in rows.collect()))
+    if len(key) > 1 or len(first) > POINT_KEYS:  # the points name the key's first column
+        pairs = pairs.join(keys.select(*key), key, "left_semi")
+    # No DISTINCT: the rows found are few (a key's copies), and a shuffle is a job more.
+    return tuple(sorted({r.event_date for r in pairs.select("event_date").collect()}))
 
 
 @dataclass(frozen=True)
