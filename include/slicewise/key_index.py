@@ -154,6 +154,18 @@ def lookup(
     """The event dates outside `window` where a slice recorded a copy of one of `keys`
     (what `windows.far_dates` answers), from the index and its tail; None when there is
     no index or its tail cannot be read by slice (the caller scans `slice_ids`)."""
+    found = found_pairs(spark, settings, keys, window)
+    if found is None:
+        return None
+    # No DISTINCT: the rows found are few (a key's copies), and a shuffle is a job more.
+    return tuple(sorted({r.event_date for r in found.select("event_date").collect()}))
+
+
+def found_pairs(
+    spark: SparkSession, settings: Settings, keys: DataFrame, window: tuple[date, date]
+) -> DataFrame | None:
+    """`lookup`'s query: the (key, event date) pairs of `keys` outside `window` in the
+    index and its tail, not yet run; None where `lookup` answers None."""
     since = covered(spark, settings)
     if since is None:
         return None
@@ -169,9 +181,9 @@ def lookup(
     lo, hi = window
     outside = ~F.col("event_date").between(F.lit(lo), F.lit(hi))
     first = [r[0] for r in keys.select(key[0]).distinct().limit(POINT_KEYS + 1).collect()]
-    if not first:
-        return ()
     index = spark.read.format("delta").load(settings.table(TABLE)).where(outside)
+    if not first:
+        return index.select(*key, "event_date").limit(0)
     ids = read_table(spark, settings.table("slice_ids"), slice_ids_schema(settings.pipeline))
     recent = ids.where(F.col("slice_id").isin(list(tail.slices))).where(outside)
     if len(first) <= POINT_KEYS:
@@ -183,8 +195,7 @@ def lookup(
         pairs = pairs.unionByName(recent.select(*key, "event_date"))
     if len(key) > 1 or len(first) > POINT_KEYS:  # the points name the key's first column
         pairs = pairs.join(keys.select(*key), key, "left_semi")
-    # No DISTINCT: the rows found are few (a key's copies), and a shuffle is a job more.
-    return tuple(sorted({r.event_date for r in pairs.select("event_date").collect()}))
+    return pairs
 
 
 @dataclass(frozen=True)

@@ -164,3 +164,56 @@ def test_publications_add_the_tail_as_runs_merged_by_tier(spark, settings, monke
     assert all(t.count(n) < 3 for t in tiers for n in t), tiers
     for indexed, scanned in lookups_agree(spark, settings, rng):
         assert indexed == scanned and indexed
+
+
+def scanned(df) -> int:
+    """Rows the file scans of `df`'s query returned (Spark Connect's plan metrics)."""
+    df.collect()
+    return sum(
+        int(m.value)
+        for node in df.executionInfo.metrics._metrics
+        if node.name.startswith("Scan")
+        for m in node.metrics
+        if m.name == "numOutputRows"
+    )
+
+
+def test_a_lookup_reads_what_its_keys_cost_not_what_the_history_holds(spark, settings):
+    """The rows a lookup's scans read, at 10 slices and at 1,000 slices of 1,200 keys:
+    through the index, bounded by its keys' pages (1,000 rows each); by a scan of
+    `slice_ids`, every key ever recorded."""
+    path = settings.table("slice_ids")
+    window = (date(2026, 6, 1), date(2026, 6, 3))  # every recorded date lies outside
+
+    def grow(first: int, last: int) -> None:
+        """Slices first..last-1 of 1,200 md5 keys each, in one commit (a write by hand:
+        the refresh then rebuilds the index from all of `slice_ids`)."""
+        spark.range(first * 1200, last * 1200).select(
+            F.concat(F.lit("s"), (F.col("id") / 1200).cast("long").cast("string")).alias(
+                "slice_id"
+            ),
+            F.md5(F.col("id").cast("string")).alias("event_id"),
+            F.lit(1).cast("long").alias("copies"),
+            F.lit(DAY0).alias("event_date"),
+        ).write.format("delta").mode("append").save(path)
+
+    import hashlib
+
+    recorded = [hashlib.md5(str(i * 997).encode()).hexdigest() for i in range(10)]
+    keys = spark.createDataFrame([(k,) for k in recorded + ["new-1", "new-2"]], "event_id string")
+
+    def rows_read() -> tuple[int, int]:
+        key_index.refresh(spark, settings)
+        through_index = key_index.found_pairs(spark, settings, keys, window)
+        ids = spark.read.format("delta").load(path)
+        by_scan = ids.where(~F.col("event_date").between(*window)).join(
+            keys, "event_id", "left_semi"
+        )
+        return scanned(through_index.select("event_date")), scanned(by_scan.select("event_date"))
+
+    grow(0, 10)
+    index_at_10, scan_at_10 = rows_read()
+    grow(10, 1000)
+    index_at_1000, scan_at_1000 = rows_read()
+    assert scan_at_10 == 12_000 and scan_at_1000 == 1_200_000  # the scan reads it all
+    assert 0 < index_at_1000 <= max(index_at_10, 12 * 1_000), (index_at_10, index_at_1000)
