@@ -40,10 +40,10 @@ from slicewise.config import Settings
 from slicewise.schemas import slice_ids_schema
 from slicewise.tables import (
     history,
-    latest_commit,
     read_table,
     retry_on_conflict,
     stored_table,
+    table_version,
 )
 
 log = logging.getLogger(__name__)
@@ -269,7 +269,7 @@ def _refresh(
     if tail is None:
         if not build:
             return None
-        version = _latest(spark, source)
+        version = table_version(spark, source)
         rows = _as_of(spark, source, version)
         written = _write_run(spark, settings, rows, run_name(0, version), version, replacing=ALL)
         return Refreshed(version, True, written)
@@ -308,10 +308,6 @@ def _merge_tiers(spark: SparkSession, settings: Settings, covers: int, limit: in
         rows = index.where(F.col("run").isin([r.name for r in group]))
         name = run_name(min(lo for lo, _ in spans), max(hi for _, hi in spans))
         written += _write_run(spark, settings, rows, name, covers, replacing=group)
-
-
-def _latest(spark: SparkSession, path: str) -> int:
-    return int(latest_commit(spark, path)["version"])
 
 
 def _as_of(spark: SparkSession, path: str, version: int) -> DataFrame:
