@@ -42,7 +42,7 @@ bench-quick: bootstrap ## W2 beside W1+ at 0.5 M (medians of 3, alternating) and
 bench-prices: bootstrap ## each guarantee's price a slice, one-minute and 0.5 M, beside W1+ (about 10 min): bench/results/price-list.md
 	@$(VENV)/python bench/price_list.py $(PRICES_ARGS)
 
-bench-longhaul: bootstrap ## 2,000 slices locally and on s3proxy (history synthesised, real slices at both ends; ~1 h a store, not in CI): bench/results/longhaul-*
+bench-longhaul: bootstrap ## one-minute slices after a day, a week and a month of history grown in bulk, locally and on s3proxy (not in CI): bench/results/longhaul-*
 	@$(VENV)/python bench/longhaul.py $(LONGHAUL_ARGS)
 
 lint: bootstrap ## ruff lint (with Airflow AIR3 rules) and format check
