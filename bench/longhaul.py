@@ -278,6 +278,8 @@ def run_store(store: str, args: argparse.Namespace, work: Path, broker, server) 
         "SLICEWISE_SPARK_REMOTE": server["url"],
         "SLICEWISE_STEP_TIMEOUT": "60s",
     }
+    if args.horizon_days is not None:
+        env["SLICEWISE_PIPELINES_FILE"] = str(definitions(work, args.horizon_days))
     settings = load_settings(env)
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -324,8 +326,25 @@ def run_store(store: str, args: argparse.Namespace, work: Path, broker, server) 
     }
     keys = {2 * measured: 2 * measured * args.records, **{
         p["slice"]: p["slice_ids"]["keys"] for p in points}}  # fmt: skip
-    return {"store": store, "records": args.records, "measured": rows, "history": points,
+    return {"store": store, "name": name_of(store, args), "records": args.records,
+            "horizon_days": settings.dedup_horizon_days, "measured": rows, "history": points,
             "ratios": ratios, "fits": fits(rows, keys), "target": TARGET}  # fmt: skip
+
+
+def name_of(store: str, args: argparse.Namespace) -> str:
+    horizon = "" if args.horizon_days is None else f"-horizon{args.horizon_days}"
+    return f"{store}{horizon}"
+
+
+def definitions(work: Path, horizon_days: int) -> Path:
+    """The default pipeline with another dedup horizon."""
+    import yaml
+
+    doc = yaml.safe_load((REPO_ROOT / "pipelines.yaml").read_text())
+    doc["pipelines"]["events"]["horizon_days"] = horizon_days
+    path = work / f"pipelines-horizon{horizon_days}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
 
 
 def median_at(rows: list[dict], point: int, step: str) -> float:
@@ -354,7 +373,10 @@ def plot(results: list[dict], path: Path) -> None:
 
     fig, axes = plt.subplots(len(results), 3, figsize=(16, 4.5 * len(results)), squeeze=False)
     for row, result in zip(axes, results, strict=True):
-        store, counted = result["store"], [r for r in result["measured"] if r["point"]]
+        store, counted = (
+            result.get("name", result["store"]),
+            [r for r in result["measured"] if r["point"]],
+        )
         for step in STEPS:
             xs = [r["slice"] for r in counted]
             row[0].plot(xs, [r[step] for r in counted], "o", label=step)
@@ -380,6 +402,9 @@ def main() -> None:
     parser.add_argument("--measured", type=int, default=5, help="slices measured a point")
     parser.add_argument("--records", type=int, default=1200, help="records per slice")
     parser.add_argument("--stores", nargs="+", default=["local", "s3"], choices=["local", "s3"])
+    parser.add_argument(
+        "--horizon-days", type=int, help="the pipeline's dedup horizon, if not its definition's"
+    )
     args = parser.parse_args()
     if min(args.points) <= 2 * args.measured:
         parser.error(f"--points must be past the first {2 * args.measured} slices")
@@ -398,7 +423,7 @@ def main() -> None:
                 results.append(run_store(store, args, work, broker, {"url": server.url, "s3": s3}))
     RESULTS.mkdir(parents=True, exist_ok=True)
     for result in results:
-        (RESULTS / f"longhaul-{result['store']}.json").write_text(json.dumps(result, indent=1))
+        (RESULTS / f"longhaul-{result['name']}.json").write_text(json.dumps(result, indent=1))
     # Every store's latest run, so that a run of one store keeps the other's in the plot.
     stored = [
         json.loads(f.read_text()) for f in sorted(RESULTS.glob("longhaul-*.json"))
@@ -406,7 +431,7 @@ def main() -> None:
     ]  # fmt: skip
     plot(stored, RESULTS / "longhaul.png")
     for result in results:
-        print(f"\n{result['store']}: each step's median over its median at slice "
+        print(f"\n{result['name']}: each step's median over its median at slice "
               f"{2 * args.measured} (target <= {TARGET})")  # fmt: skip
         for point, ratios in result["ratios"].items():
             shown = "  ".join(f"{step} {ratio:4.2f}x" for step, ratio in ratios.items())
