@@ -19,7 +19,7 @@ from slicewise.config import Settings
 from slicewise.ledger import Ledger
 from slicewise.schemas import BRONZE, KAFKA_POSITION, QUARANTINE, required_columns
 from slicewise.tables import of_slice, side_by_side
-from slicewise.windows import Reach, reach_of, recorded_ids, silver_window, window_of
+from slicewise.windows import Reach, own_reach, reach_of, recorded_ids, silver_window
 
 
 @dataclass(frozen=True)
@@ -77,9 +77,10 @@ def slice_facts(
         F.count("*").alias("distinct_ids"),
         F.min("event_date").alias("first"),
         F.max("event_date").alias("last"),
+        F.sort_array(F.collect_set("event_date")).alias("dates"),
     ).first()
     if recorded is False:
-        reach = reach_of(spark, settings, ids.select(*key), window_of(totals, settings))
+        reach = reach_of(spark, settings, ids.select(*key), own_reach(totals, settings))
     else:
         reach = recorded
     # The slice's keys are distinct (one row per key), so joining silver's reach to

@@ -214,10 +214,14 @@ class Pipeline(_Strict):
     key: tuple[str, ...] = Field(min_length=1)
     event_time: str
     fields: dict[str, FieldSpec] = Field(min_length=1)
-    horizon_days: int = Field(default=7, ge=0)
+    # Days either side of a slice's own event dates its MERGE, gate and gold read whole.
+    # 0: only its own dates, plus the far dates where the key index finds other copies
+    # of its keys; what it reads then follows the slice, not a week of silver.
+    horizon_days: int = Field(default=0, ge=0)
     # How far (days) an event time may lie from its record's Kafka timestamp, either way,
-    # before it is quarantined as out_of_bounds rather than widening its slice's MERGE,
-    # gate and gold to decades. The default, ten years, admits a backfill of old events.
+    # before it is quarantined as out_of_bounds: an event at epoch 0 is a producer's
+    # clock gone wrong, not history. The default, ten years, admits a backfill of old
+    # events.
     event_time_bound_days: int = Field(default=3653, ge=1)
     survivor: Survivor | None = None
     expectations: tuple[dict[str, dict[str, Any]], ...] = ()

@@ -53,14 +53,13 @@ from slicewise.tables import (
 from slicewise.transforms import (
     duplicated,
     event_date_span,
-    horizon_window,
     kept_once,
     quarantined,
     slice_ids,
     survivors,
     valid_events,
 )
-from slicewise.windows import Reach, reach_of, recorded_ids, silver_window
+from slicewise.windows import Reach, own_reach, reach_of, recorded_ids, silver_window
 
 log = logging.getLogger(__name__)
 
@@ -308,8 +307,8 @@ def merge_survivors(
     merging: Callable[[], None] = lambda: None,
     attempt: str | None = None,
 ) -> Merged | None:
-    """MERGE a slice's survivors into silver within their reach (the horizon window of
-    their event dates and the far dates of their keys); return that reach (None, and no
+    """MERGE a slice's survivors into silver within their reach (their event dates
+    widened by the horizon and the far dates of their keys); return that reach (None, and no
     MERGE, when the slice has no valid event). `writer`: the slice whose gate must see
     the rows (the survivors' own). `attempt`: the tag of this attempt's append of the
     survivors' ids; where that append is `slice_ids`' latest commit, its version is
@@ -319,19 +318,19 @@ def merge_survivors(
     if span["first"] is None:
         ensure_silver(spark, settings.table("silver"), pipeline)
         return None
-    window = horizon_window(span["first"], span["last"], settings.dedup_horizon_days)
+    own = own_reach(span, settings)
     ids_version = None
     if attempt:  # read before the lookup
         latest = latest_commit(spark, settings.table("slice_ids"))
         if attempt in (latest["userMetadata"] or ""):
             ids_version = int(latest["version"])
-    reach = reach_of(spark, settings, kept.select(*pipeline.key_columns), window)
-    if reach.far:
+    reach = reach_of(spark, settings, kept.select(*pipeline.key_columns), own)
+    if found := sorted(set(reach.far) - set(own.far)):
         log.warning(
-            "keys of this slice have copies in other slices dated %s, beyond its window %s: "
+            "keys of this slice have copies in other slices dated %s, beyond its own dates %s: "
             "the MERGE reads those dates too",
-            ", ".join(d.isoformat() for d in reach.far),
-            reach.describe(),
+            ", ".join(d.isoformat() for d in found),
+            own.describe(),
         )
     copied = merge_into_silver(
         spark,
@@ -412,7 +411,8 @@ def settle_far_copies(
     unchanged = merged.ids_version is not None and merged.ids_version == table_version(
         spark, settings.table("slice_ids")
     )
-    reach = merged.reach if unchanged else reach_of(spark, settings, keys, merged.reach.window)
+    # Looked up again from the MERGE's reach: its own dates and the far dates found then.
+    reach = merged.reach if unchanged else reach_of(spark, settings, keys, merged.reach)
     if not reach.far and not merged.copied:
         return reach
     rows = silver_window(spark, settings, reach).join(keys, key, "left_semi")

@@ -86,17 +86,27 @@ def slice_ids(kept: DataFrame, pipeline: Pipeline) -> DataFrame:
 
 def event_date_span(ids: DataFrame) -> DataFrame:
     """One row: the first and last event_date of a slice's events (nulls when it has none),
-    and how many `rows` it has."""
+    its distinct event `dates` (sorted) and how many `rows` it has."""
     return ids.agg(
         F.min("event_date").alias("first"),
         F.max("event_date").alias("last"),
+        F.sort_array(F.collect_set("event_date")).alias("dates"),
         F.count("*").alias("rows"),
     )
 
 
-def horizon_window(first: date, last: date, horizon_days: int) -> tuple[date, date]:
-    """Event dates a slice's MERGE may touch: its own dates widened by the dedup horizon."""
-    return first - timedelta(days=horizon_days), last + timedelta(days=horizon_days)
+def horizon_ranges(dates: list[date], horizon_days: int) -> list[tuple[date, date]]:
+    """Event dates a slice's MERGE may touch: each of its own dates widened by the dedup
+    horizon, as the fewest disjoint ranges. A late event a year old adds its own date,
+    not the year between it and today's."""
+    ranges: list[tuple[date, date]] = []
+    for d in sorted(dates):
+        lo, hi = d - timedelta(days=horizon_days), d + timedelta(days=horizon_days)
+        if ranges and lo <= ranges[-1][1] + timedelta(days=1):
+            ranges[-1] = (ranges[-1][0], max(ranges[-1][1], hi))
+        else:
+            ranges.append((lo, hi))
+    return ranges
 
 
 def window_hours(window: tuple[date, date]) -> tuple[str, str]:

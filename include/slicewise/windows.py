@@ -1,8 +1,8 @@
 """A slice's reach in silver: the event dates its MERGE may touch, and silver's rows there.
 
 The reach is the slice's own event dates (from its recorded `slice_ids`) widened by
-the dedup horizon, plus the far dates: the dates beyond that window where another
-slice recorded a copy of one of its keys (`far_dates`). The MERGE looked at no other
+the dedup horizon, plus the far dates: the dates beyond them where another slice
+recorded a copy of one of its keys (`far_dates`). The MERGE looked at no other
 partition, so the gate proves and publish rebuilds only within the reach, at a cost
 that follows the slice, not silver, and the copies of a key end as one row whatever
 their event times and whatever order their slices ran in.
@@ -11,7 +11,7 @@ their event times and whatever order their slices ran in.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -20,7 +20,7 @@ from slicewise import key_index
 from slicewise.config import Settings
 from slicewise.schemas import silver_schema, slice_ids_schema
 from slicewise.tables import of_slice, read_table
-from slicewise.transforms import event_date_span, horizon_window
+from slicewise.transforms import event_date_span, horizon_ranges
 
 Window = tuple[date, date]
 
@@ -28,14 +28,23 @@ Window = tuple[date, date]
 @dataclass(frozen=True)
 class Reach:
     """Silver's event dates a slice's MERGE looks at: its `window` (its own dates widened
-    by the horizon) and the `far` dates beyond it (single dates, usually none)."""
+    by the horizon; where they lie apart, the widest range of them) and the `far` dates
+    beyond it (single dates: its own outlying dates and other slices' copies of its keys;
+    usually none)."""
 
     window: Window
     far: tuple[date, ...] = ()
 
     def ranges(self) -> list[Window]:
+        """The window, then the far dates beyond it, consecutive ones as one range."""
         lo, hi = self.window
-        return [self.window, *((d, d) for d in self.far if not lo <= d <= hi)]
+        runs: list[Window] = []
+        for d in sorted(d for d in set(self.far) if not lo <= d <= hi):
+            if runs and d == runs[-1][1] + timedelta(days=1):
+                runs[-1] = (runs[-1][0], d)
+            else:
+                runs.append((d, d))
+        return [self.window, *runs]
 
     def sql(self, column: str) -> str:
         """The reach as a SQL predicate on a date column (partition-pruned)."""
@@ -85,11 +94,21 @@ def recorded_ids(spark: SparkSession, settings: Settings, slice_id: str) -> Data
     )
 
 
-def window_of(span: Row | None, settings: Settings) -> Window | None:
-    """The horizon window of a span's `first` and `last` event dates; None without one."""
+def own_reach(span: Row | None, settings: Settings) -> Reach | None:
+    """The dates a slice reaches by its own events (`event_date_span`'s `dates`), each
+    widened by the horizon: the widest range of them as the window, the dates of any
+    other as far dates. None when it has no event."""
     if span is None or span["first"] is None:
         return None
-    return horizon_window(span["first"], span["last"], settings.dedup_horizon_days)
+    ranges = horizon_ranges(span["dates"], settings.dedup_horizon_days)
+    widest = max(ranges, key=lambda r: (r[1] - r[0], r[1]))
+    outlying = (
+        lo + timedelta(days=n)
+        for lo, hi in ranges
+        if (lo, hi) != widest
+        for n in range((hi - lo).days + 1)
+    )
+    return Reach(widest, tuple(outlying))
 
 
 def far_dates(
@@ -130,17 +149,21 @@ def scanned_far_dates(
 
 
 def reach_of(
-    spark: SparkSession, settings: Settings, keys: DataFrame, window: Window | None
+    spark: SparkSession, settings: Settings, keys: DataFrame, own: Reach | None
 ) -> Reach | None:
-    """The reach of a slice's `keys` whose own dates widened by the horizon are `window`."""
-    return None if window is None else Reach(window, far_dates(spark, settings, keys, window))
+    """The reach of a slice's `keys`: `own` (the dates its events reach, `own_reach`)
+    and the far dates where other slices recorded copies of them."""
+    if own is None:
+        return None
+    found = far_dates(spark, settings, keys, own.window)
+    return Reach(own.window, tuple(sorted(set(own.far) | set(found))))
 
 
 def slice_reach(spark: SparkSession, settings: Settings, slice_id: str) -> Reach | None:
     """The reach of a slice's recorded ids, or None when it has no valid event."""
     ids = recorded_ids(spark, settings, slice_id)
-    window = window_of(event_date_span(ids).first(), settings)
-    return reach_of(spark, settings, ids.select(*settings.pipeline.key_columns), window)
+    own = own_reach(event_date_span(ids).first(), settings)
+    return reach_of(spark, settings, ids.select(*settings.pipeline.key_columns), own)
 
 
 def silver_window(

@@ -708,3 +708,51 @@ def test_copies_far_apart_end_as_one_row_in_any_order(
         assert [r for r in rows if r[0] == "k"] == [("k", far[0].replace(tzinfo=None), 0)], order
         assert gold == len(rows) == 4, order
     assert len({rows for _, rows, _ in outcomes}) == 1
+
+
+def test_a_late_event_reaches_its_own_date_not_the_year_before_it(
+    spark, pipeline_factory, new_topic, tmp_path
+):
+    """A slice of today's events and one a year late: its MERGE, gate and gold rebuild
+    read those two dates (and the far dates of its keys), not the year of silver between
+    them. An earlier slice's rows 100 days back stay unread; a copy of one of its keys
+    there makes that date far for the later slice, and the key ends as one row."""
+    topic = new_topic(1)
+    spec = tmp_path / "events.yaml"
+    spec.write_text(definition(topic))
+    settings, producer = pipeline_factory(topic=topic, SLICEWISE_PIPELINES_FILE=str(spec))
+    year_ago, between = T0 - timedelta(days=365), T0 - timedelta(days=100)
+    producer.send(
+        [
+            Record(event_value("between", between), 0, at(0.5)),
+            Record(event_value("copied", between), 0, at(0.6)),
+        ]
+    )
+    producer.send(
+        [
+            ev("today", 1.5),
+            Record(event_value("late", year_ago), 0, at(1.6)),
+            Record(event_value("copied", T0), 0, at(1.7)),
+        ]
+    )
+    first, second = (plan_slice(settings, at(h), at(h + 1), now=LATER) for h in (0, 1))
+    ledger = Ledger.of(settings)
+    for sl in (first, second):
+        run_ingest(spark, settings, sl.slice_id)
+        assert run_gate(spark, settings, sl.slice_id)["success"], sl.slice_id
+        run_publish(spark, settings, sl.slice_id)
+    expected = {
+        "window": [T0.date().isoformat()] * 2,
+        "far_dates": [year_ago.date().isoformat(), between.date().isoformat()],
+    }
+    silver_step = ledger.step(second.slice_id, "silver")
+    assert {k: silver_step[k] for k in expected} == expected
+    assert ledger.step(second.slice_id, "gate")["reach"] == expected
+    rows = spark.read.format("delta").load(settings.table("silver")).collect()
+    assert sorted((r.event_id, r.event_date) for r in rows) == [
+        ("between", between.date()),
+        ("copied", between.date()),  # the lower Kafka position survives
+        ("late", year_ago.date()),
+        ("today", T0.date()),
+    ]
+    assert gold_events(spark, settings) == 4

@@ -23,7 +23,7 @@ from slicewise.transforms import (
     duplicated,
     event_date_span,
     events_per_hour,
-    horizon_window,
+    horizon_ranges,
     kept_once,
     quarantined,
     slice_ids,
@@ -182,6 +182,7 @@ def test_slice_ids_count_copies_and_keep_the_survivors_date(spark):
     )
     span = event_date_span(ids).first()
     assert (span["first"], span["last"]) == (date(2026, 10, 30), date(2026, 11, 1))
+    assert span["dates"] == [date(2026, 10, 30), date(2026, 11, 1)]
     assert event_date_span(ids.limit(0)).first()["first"] is None
 
 
@@ -211,11 +212,19 @@ def test_a_copy_stored_twice_is_deleted_on_both_rows_and_kept_once(spark):
     )
 
 
-def test_the_horizon_window_and_its_hours():
-    window = horizon_window(date(2026, 10, 30), date(2026, 11, 1), 7)
+def test_the_horizon_ranges_and_their_hours():
+    (window,) = horizon_ranges([date(2026, 10, 30), date(2026, 11, 1)], 7)
     assert window == (date(2026, 10, 23), date(2026, 11, 8))
     assert window_hours(window) == ("2026-10-23 00:00:00", "2026-11-08 23:00:00")
-    assert horizon_window(date(2026, 1, 1), date(2026, 1, 1), 0) == (date(2026, 1, 1),) * 2
+    assert horizon_ranges([date(2026, 1, 1)], 0) == [(date(2026, 1, 1),) * 2]
+    # A late event's date is a range of its own, not the days between it and today's.
+    assert horizon_ranges([date(2026, 12, 7), date(2025, 12, 7), date(2026, 12, 6)], 0) == [
+        (date(2025, 12, 7), date(2025, 12, 7)),
+        (date(2026, 12, 6), date(2026, 12, 7)),
+    ]
+    assert horizon_ranges([date(2026, 1, 1), date(2026, 1, 4)], 1) == [
+        (date(2025, 12, 31), date(2026, 1, 5))
+    ]
 
 
 def test_events_per_hour_counts_by_hour_and_type_within_the_hours(spark):

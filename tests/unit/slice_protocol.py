@@ -285,7 +285,9 @@ class Model:
             raise Violation("duplicate_key", f"{p} silver v{version}: {sorted(rows)}")
 
     def window(self, dates: set[int]) -> set[int]:
-        return set(range(min(dates), max(dates) + 1)) if dates else set()
+        """A slice's own event dates at the default horizon of 0 (`windows.own_reach`):
+        the dates its events carry, not the days between them."""
+        return set(dates)
 
     def reach(self, w: World, p: str, s: str, keys: set[str], dates: set[int]) -> set[int]:
         """The slice's window and the far dates `slice_ids` records for its keys."""

@@ -17,7 +17,7 @@ def test_defaults_need_no_configuration(tmp_path):
     # The example pipeline of pipelines.yaml, its tables in a folder of their own.
     assert (s.pipeline.name, s.topic) == ("events", "events")
     assert s.table("silver") == f"{tmp_path}/lakehouse/events/silver"
-    assert s.dedup_horizon_days == 7
+    assert s.dedup_horizon_days == 0
 
 
 def test_kafka_properties_reach_the_python_clients_as_given():
