@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from slicewise.key_index import Tail, tail_of
+from slicewise.key_index import Run, Tail, keys_named, run_name, tail_of
 
 
 def commit(version: int, operation: str = "WRITE", slice_id: str | None = None) -> dict:
@@ -44,3 +44,13 @@ def test_a_run_s_tier_grows_with_its_keys_by_the_fanout():
     assert Run("x-y", FIRST_TIER_KEYS + 1).tier == 1
     assert Run("x-y", FIRST_TIER_KEYS * FANOUT + 1).tier == 2
     assert Run("000000000001-000000000009", 10).span == (1, 9)
+
+
+def test_a_runs_name_holds_its_versions_and_its_size():
+    name = run_name(17, 32, 19_200)
+    assert name == "000000000017-000000000032-19200"
+    assert (Run(name, keys_named(name)).span, keys_named(name)) == ((17, 32), 19_200)
+    assert Run(name, 400_000).tier == 1  # above 50,000, up to 50,000 x 8
+    # A run named before names held sizes: its size is counted (`_runs`).
+    assert keys_named("000000000000-000000000016") is None
+    assert Run("000000000000-000000000016", 10).span == (0, 16)
