@@ -210,9 +210,8 @@ class Refreshed:
 
 @dataclass(frozen=True)
 class Run:
-    name: (
-        str  # the partition: the `slice_ids` versions it holds and its pairs, "<from>-<to>-<keys>"
-    )
+    # The partition: the `slice_ids` versions it holds and its pairs, "<from>-<to>-<keys>".
+    name: str
     keys: int
 
     @property
