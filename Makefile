@@ -24,11 +24,11 @@ test-pythons: bootstrap ## the unit tier on Python 3.10, 3.12 and 3.13 (venvs fr
 test-unit: bootstrap ## only the unit tests: no JVM, no server, under a minute (tests/unit/conftest.py enforces it)
 	@$(VENV)/python -m pytest tests/unit -n 0
 
-chaos: bootstrap ## the chaos suite, each run appended to chaos/chaos_runs.jsonl: RUNS=5 per scenario, SCENARIOS=a,b to choose, WORKERS=3 (CI runs 1 of mixed)
+chaos: bootstrap ## the chaos suite, each run appended to chaos/chaos_runs.jsonl: RUNS=5 per scenario, SCENARIOS=a,b to choose, WORKERS=2 (CI runs 1 of mixed)
 	@SLICEWISE_CHAOS_RUNS=$${SLICEWISE_CHAOS_RUNS:-$(or $(RUNS),5)} \
 	SLICEWISE_CHAOS_SCENARIOS=$${SLICEWISE_CHAOS_SCENARIOS:-$(SCENARIOS)} \
 	SLICEWISE_CHAOS_RECORD=$${SLICEWISE_CHAOS_RECORD:-$(CURDIR)/chaos/chaos_runs.jsonl} \
-	$(VENV)/python -m pytest tests/integration/test_chaos.py -n $(or $(WORKERS),3) --dist loadgroup --maxschedchunk 1 --timeout 0  # one run per item, longest first, the next to a free worker
+	$(VENV)/python -m pytest tests/integration/test_chaos.py -n $(or $(WORKERS),2) --dist loadgroup --maxschedchunk 1 --timeout 0  # one run per item, longest first, the next to a free worker
 
 chaos-report: bootstrap ## the chaos table summed over every run recorded in chaos/chaos_runs.jsonl
 	@$(VENV)/python tests/integration/chaos_log.py
