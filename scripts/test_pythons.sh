@@ -22,7 +22,7 @@ for v in $versions; do
   echo "==> Python $v: $venv"
   [[ -x $venv/bin/python ]] || .venv/bin/uv venv -q --python "$python" "$venv"
   VIRTUAL_ENV=$venv .venv/bin/uv pip install -q -e ".[airflow]" -e scripts/dev-package \
-    "pytest>=8" "pytest-xdist>=3.6" "pytest-timeout>=2.3" "hypothesis>=6.100"
+    "pytest>=8,<9.2" "pytest-xdist>=3.6" "pytest-timeout>=2.3" "hypothesis>=6.100"
 done
 logs=$(mktemp -d)
 declare -A tier
