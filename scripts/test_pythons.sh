@@ -15,6 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 versions=${SLICEWISE_TEST_PYTHONS:-3.10 3.12 3.13}
 pyenv_root=${PYENV_ROOT:-$HOME/.pyenv}
+# The test tools at requirements-dev.txt's ranges (one place for them, e.g. pytest < 9.2).
+mapfile -t test_tools < <(sed -nE 's/^((pytest|hypothesis)[^ #]*).*/\1/p' requirements-dev.txt)
 for v in $versions; do
   python=$(ls -d "$pyenv_root"/versions/"$v".*/bin/python"$v" 2>/dev/null | sort -V | tail -1)
   [[ -n $python ]] || { echo "Python $v is needed for the unit tier (pyenv install $v)" >&2; exit 1; }
@@ -22,7 +24,7 @@ for v in $versions; do
   echo "==> Python $v: $venv"
   [[ -x $venv/bin/python ]] || .venv/bin/uv venv -q --python "$python" "$venv"
   VIRTUAL_ENV=$venv .venv/bin/uv pip install -q -e ".[airflow]" -e scripts/dev-package \
-    "pytest>=8,<9.2" "pytest-xdist>=3.6" "pytest-timeout>=2.3" "hypothesis>=6.100"
+    "${test_tools[@]}"
 done
 logs=$(mktemp -d)
 declare -A tier
