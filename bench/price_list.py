@@ -64,6 +64,7 @@ FROZEN = "frozen slice and its refusals (plan, Kafka's offsets, the ledger)"
 TYPED = "typed quarantine (the parse beyond from_json)"
 FAR = "slice_ids and far copies"
 IDEMPOTENT = "per-write idempotency (finding a write's own commit)"
+FENCING = "per-write idempotency (Delta's lookup of each append's id: fencing)"
 WAP = "write-audit-publish (versions, verified view, records)"
 GATE = "the gate: the slice's facts from the tables (GX's own call is the job's)"
 GROUP = "the consumer-group commit"
@@ -85,6 +86,7 @@ PRICED = {
     "silver.settle_far_copies": FAR,
     "silver.copied_twice": FAR,
     "tables.tagged_commit": IDEMPOTENT,
+    "tables.id_lookup": FENCING,
     "silver.committed_merge_metrics": IDEMPOTENT,
     "tables.of_slice": IDEMPOTENT,
     "tables.table_version": WAP,
@@ -254,7 +256,7 @@ def w2_priced(prices: Prices, spark, settings, start: datetime, end: datetime) -
     finally:
         prices.on = False
     jobs: dict[str, float] = defaultdict(float)
-    for _, group in jobs_after(spark, seen):
+    for _, group, _ in jobs_after(spark, seen):
         jobs[group or UNTAGGED] += 1
     return {
         "seconds": run["seconds"],
@@ -297,6 +299,38 @@ def minute_workload(prices: Prices, spark, broker, work: Path, slices: int) -> d
     last = first + (count - 1) * step
     slice_id = plan_slice(settings, last, last + step).slice_id  # frozen: the same slice
     return summary(w2, w1p, typed_parse_price(spark, settings, slice_id), MINUTE_RECORDS, prices)
+
+
+def price_id_lookups(prices: Prices) -> None:
+    """Time apart Delta's lookup of each append's idempotent-write id.
+
+    An append with a `txnAppId` (`tables.append_once`: bronze, quarantine, `slice_ids`)
+    asks the snapshot it writes on for its set transactions, and Delta 4.4 computes them
+    by aggregating the table's whole state (`SnapshotState.setTransactions`, a few Spark
+    jobs), inside the writer's save: priced with the job it would be the job's. So each
+    append first makes that lookup here, on the same snapshot (nothing commits in
+    between), and the save then finds it computed. (The MERGE's and gold's writes read
+    their table's state anyway; their lookups stay in their rows.)"""
+
+    import slicewise.bronze
+    import slicewise.tables
+
+    def id_lookup(spark, path: str) -> None:
+        if not (Path(path) / "_delta_log").is_dir():
+            return  # the first write creates the table: no state to look in
+        jvm, none = spark.sparkContext._jvm, spark.sparkContext._jvm.scala.Option.empty()
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+        log.update(False, none, none).setTransactions()
+
+    lookup = prices.wrap("tables.id_lookup", id_lookup)
+    append_once = slicewise.tables.append_once
+
+    @functools.wraps(append_once)
+    def looked_up_first(df, path: str, app_id: str, metadata: dict) -> None:
+        lookup(df.sparkSession, path)
+        return append_once(df, path, app_id, metadata)
+
+    slicewise.tables.append_once = slicewise.bronze.append_once = looked_up_first
 
 
 def sized_workload(prices: Prices, spark, broker, work: Path, records: int, rounds: int) -> dict:
@@ -394,6 +428,8 @@ def main() -> None:
     prices = Prices()
     instrument(prices)
     import workloads  # the bench's own session factory (after instrumenting)
+
+    price_id_lookups(prices)
 
     work = Path(tempfile.mkdtemp(prefix="slicewise-prices-"))
     with running_broker(work / "broker") as broker:
