@@ -38,6 +38,8 @@ versions, each a set of copies and the slice step that committed it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 
@@ -151,7 +153,7 @@ class Scenario:
     publish: bool = True  # run publish and announce
     parallel: int = 2  # attempts running at once (Airflow's pool)
 
-    @property
+    @cached_property  # asked in every state the search reaches
     def slices(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(c.slice for c in sorted(self.copies, key=lambda c: c.pos)))
 
@@ -164,8 +166,14 @@ def get(m: tuple, k: Any, default: Any = None) -> Any:
     return default
 
 
+_KEY = itemgetter(0)
+
+
 def put(m: tuple, k: Any, v: Any) -> tuple:
-    return tuple(sorted([*((key, x) for key, x in m if key != k), (k, v)], key=lambda kv: kv[0]))
+    items = [kv for kv in m if kv[0] != k]
+    items.append((k, v))
+    items.sort(key=_KEY)
+    return tuple(items)
 
 
 def drop(m: tuple, k: Any) -> tuple:
@@ -972,9 +980,19 @@ def explore(sc: Scenario, proto: Protocol = SHIPPED, limit: int = 2_000_000) -> 
     m, report = Model(sc, proto), Report(sc.name)
     start = initial(sc)
     seen = {start}
-    stack: list[tuple[World, tuple[str, ...]]] = [(start, ())]
+    # Each state on the stack points at the move that reached it: (label, the move
+    # before it), so a trace is built only for a violation, not copied at every step.
+    stack: list[tuple[World, tuple | None]] = [(start, None)]
+
+    def trace_of(path: tuple | None) -> list[str]:
+        labels = []
+        while path is not None:
+            label, path = path
+            labels.append(label)
+        return labels[::-1]
+
     while stack:
-        w, trace = stack.pop()
+        w, path = stack.pop()
         report.states += 1
         if report.states > limit:
             raise RuntimeError(f"{sc.name}: more than {limit} states; bound the scenario")
@@ -985,14 +1003,18 @@ def explore(sc: Scenario, proto: Protocol = SHIPPED, limit: int = 2_000_000) -> 
                 check_quiet(m, w)
                 recover(m, w)
             except Violation as v:
-                report.violations.setdefault(v.invariant, [*trace, str(v)])
+                if v.invariant not in report.violations:
+                    report.violations[v.invariant] = [*trace_of(path), str(v)]
             continue
         for label, w2 in nexts:
             if isinstance(w2, Violation):
-                report.violations.setdefault(w2.invariant, [*trace, label, str(w2)])
-            elif w2 not in seen:
-                seen.add(w2)
-                stack.append((w2, (*trace, label)))
+                if w2.invariant not in report.violations:
+                    report.violations[w2.invariant] = [*trace_of(path), label, str(w2)]
+            else:
+                known = len(seen)
+                seen.add(w2)  # one hash of the state, where `in` then `add` took two
+                if len(seen) > known:
+                    stack.append((w2, (label, path)))
     return report
 
 

@@ -131,11 +131,24 @@ def test_the_model_finds_each_hole_in_the_protocol_before_its_fix(hole: str) -> 
     assert set(broken) <= report.found, report.describe()
 
 
+# Searches already made in this process, by scenario and protocol. The shipped protocol
+# is the designed one unless a fix is OPEN, so the tests of each share one search (the
+# file runs on one worker: --dist loadfile). Only for tests that patch nothing.
+SEARCHED: dict[tuple, slice_protocol.Report] = {}
+
+
+def explored(scenario: Scenario, proto: slice_protocol.Protocol) -> slice_protocol.Report:
+    """`explore`, made once per scenario and protocol (the search is deterministic)."""
+    if (scenario, proto) not in SEARCHED:
+        SEARCHED[scenario, proto] = explore(scenario, proto)
+    return SEARCHED[scenario, proto]
+
+
 @pytest.mark.parametrize("hole", HOLES)
 def test_the_designed_protocol_holds_in_every_reachable_state(hole: str) -> None:
     scenario, _ = HOLES[hole]
     started = time.monotonic()
-    report = explore(scenario, DESIGNED)
+    report = explored(scenario, DESIGNED)
     print(f"{report.describe()} in {time.monotonic() - started:.1f} s")
     assert report.quiet > 0  # the search reached the end of the scenario
     assert not report.found, report.describe()
@@ -154,7 +167,7 @@ def test_the_shipped_flags_are_the_fixes_that_landed() -> None:
 def test_the_shipped_protocol_closes_the_holes_its_fixes_close(hole: str) -> None:
     scenario, broken = HOLES[hole]
     closed = {invariant for invariant, fix in broken.items() if fix not in OPEN}
-    report = explore(scenario, SHIPPED)
+    report = explored(scenario, SHIPPED)
     assert report.quiet > 0
     assert not closed & report.found, report.describe()
 
@@ -180,7 +193,7 @@ REPLAY_CUT_OFF = Scenario(
 
 @pytest.mark.parametrize("proto", [DESIGNED, SHIPPED], ids=["designed", "shipped"])
 def test_a_replay_cut_off_and_run_again_ends_as_if_it_ran_once(proto) -> None:
-    report = explore(REPLAY_CUT_OFF, proto)
+    report = explored(REPLAY_CUT_OFF, proto)
     assert report.quiet > 0
     assert not report.found & {"not_oracle", "quarantined_and_stored", "wedged"}, report.describe()
 
