@@ -7,6 +7,7 @@ any reachable state; and the shipped code's flags say which fixes have landed.""
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from dataclasses import replace
@@ -131,17 +132,11 @@ def test_the_model_finds_each_hole_in_the_protocol_before_its_fix(hole: str) -> 
     assert set(broken) <= report.found, report.describe()
 
 
-# Searches already made in this process, by scenario and protocol. The shipped protocol
-# is the designed one unless a fix is OPEN, so the tests of each share one search (the
-# file runs on one worker: --dist loadfile). Only for tests that patch nothing.
-SEARCHED: dict[tuple, slice_protocol.Report] = {}
-
-
-def explored(scenario: Scenario, proto: slice_protocol.Protocol) -> slice_protocol.Report:
-    """`explore`, made once per scenario and protocol (the search is deterministic)."""
-    if (scenario, proto) not in SEARCHED:
-        SEARCHED[scenario, proto] = explore(scenario, proto)
-    return SEARCHED[scenario, proto]
+# `explore`, made once per scenario and protocol in this process (the search is
+# deterministic). The shipped protocol is the designed one unless a fix is OPEN, so the
+# tests of each share one search (the file runs on one worker: --dist loadfile). Only
+# for tests that patch nothing.
+explored = functools.cache(explore)
 
 
 @pytest.mark.parametrize("hole", HOLES)
