@@ -33,7 +33,7 @@ chaos: bootstrap ## the chaos suite, each run appended to chaos/chaos_runs.jsonl
 chaos-report: bootstrap ## the chaos table summed over every run recorded in chaos/chaos_runs.jsonl
 	@$(VENV)/python tests/integration/chaos_log.py
 
-bench: bootstrap ## the benchmark (W0-W3 side by side, about 2 h on 2 cores): table, raw numbers and plot in bench/results/
+bench: bootstrap ## the benchmark (W0-W3 side by side, 70-100 min on 2 cores): table, raw numbers and plot in bench/results/
 	@$(VENV)/python bench/run.py $(BENCH_ARGS)
 
 bench-quick: bootstrap ## W2 beside W1+ at 0.5 M (medians of 3, alternating) and the one-minute slices (median of 10), about 14 min: bench/results/quick.md
