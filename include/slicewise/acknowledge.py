@@ -1,17 +1,21 @@
-"""Acknowledge: after a slice is published, its upper boundary becomes the committed
-offsets of the pipeline's Kafka consumer group, so the lag tools users already run see
-the pipeline: processing is complete once the gate proved the slice and publish ran.
+"""Acknowledge: after a slice is published, the end of the run of published slices
+from the pipeline's origin becomes the committed offsets of its Kafka consumer group,
+so the lag tools users already run see the pipeline: processing is complete up to
+there once the gates proved those slices and publish ran.
 
-The ledger stays the source of truth; nothing reads the group to plan. The group only
-moves forward, and never past a slice not yet published: from the slice it holds (its
-commits' metadata) to the end of the run of published slices that follows, so a later
-hour published before an earlier one leaves it below the earlier one. A backfill of an
-older hour, or a rerun of an older slice, leaves it where it is. Kafka
-has no compare-and-set for a group's offsets, so two publications at once could both
-find the group behind them and the older one commit last. Each publication is recorded
-in the ledger before its commit, and after committing each looks for a newer published
-slice and commits that one instead: the last commit to land carries the newest
-publication recorded before it.
+The ledger stays the source of truth, and the group is never read back: the run is
+walked in the ledger from its `acknowledged` mark (`slicewise.coverage`), never from
+what the group holds, so a group whose offsets expired (`offsets.retention.minutes`)
+or that someone reset is set again to where the ledger says, not past a slice waiting
+for a repair. The run stops below the first slice not yet published and below any
+range no slice owns, so a later interval published before an earlier one, or after
+one the scheduler skipped, leaves the group below it. Every publication commits the
+run's end, the same offsets again when nothing new joined it (a backfill of an older
+interval, a rerun), which also restores an expired group. Kafka has no
+compare-and-set for a group's offsets, so two publications at once could commit out
+of order: each is recorded in the ledger before its commit, and after committing each
+walks the run again and commits its new end if it grew, so the last commit to land
+carries the newest run.
 
 A commit that fails (no ACL, the broker away, a consumer in the group) is a warning
 in the task log and in `slicewise status`, never a failed publication; the next
@@ -21,19 +25,20 @@ publication moves the group past it.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
 from slicewise.config import Settings
+from slicewise.coverage import Unowned, origin, run_from
 from slicewise.kafka.consumer_group import ConsumerGroup
 from slicewise.kafka.offsets import client_conf
-from slicewise.ledger import PAGE, Ledger, SliceNotPlanned
+from slicewise.ledger import Ledger
 from slicewise.slices import Slice
 
 log = logging.getLogger(__name__)
 RUNBOOK = "docs/RUNBOOK.md#the-consumer-group-was-not-moved"
-FOLLOWING = 100_000  # slices read after the group's: as many as were planned since it
 
 
 def acknowledge(settings: Settings, ledger: Ledger, published: Slice) -> dict[str, Any] | None:
@@ -69,16 +74,10 @@ def _move_forward(group: ConsumerGroup, ledger: Ledger, published: Slice) -> dic
             "another group id, or set consumer_group in the pipeline's definition "
             f"({RUNBOOK})",
         }
-    held = group.committed(published.ranges)
-    base = _held_slice(ledger, held)
-    target, unpublished = _published_run(ledger, base, published)
     committed = None
-    while target is not None and target != base:
+    target, stop = published_run(ledger)
+    while target is not None and target != committed:
         upper = {p: hi for p, (_, hi) in target.ranges.items()}
-        held = group.committed(upper)
-        at = {p: held[p][0] if p in held else -1 for p in upper}
-        if at == upper or any(at[p] > o for p, o in upper.items()):
-            break  # at this boundary or past it: a newer slice's publication moved it
         gone = sorted(set(upper) - group.partitions())
         if gone:
             return {
@@ -86,51 +85,39 @@ def _move_forward(group: ConsumerGroup, ledger: Ledger, published: Slice) -> dic
                 "warning": f"the topic no longer has partition(s) {gone} of slice "
                 f"{target.slice_id}; the group stays where it was",
             }
+        ledger.raise_mark("acknowledged", "through", target.end, slice_id=target.slice_id)
         group.commit(upper, metadata=target.slice_id)
-        # Publications racing: each looks again after its commit, so the last to land
+        # Publications racing: each walks again after its commit, so the last to land
         # carries the newest run recorded before it.
-        committed = base = target
-        target, unpublished = _published_run(ledger, target, published)
+        committed = target
+        target, stop = published_run(ledger)
     outcome: dict[str, Any] = {"group": group.name}
     if committed is not None:
         outcome["committed"] = committed.slice_id
-    else:  # a backfill, a rerun, or a newer slice's commit already past it
-        outcome["held"] = sorted({m or "?" for _, m in held.values()})
-    if unpublished is not None:
-        outcome["waits_for"] = unpublished.slice_id
+    if isinstance(stop, Slice):
+        outcome["waits_for"] = stop.slice_id
+    elif isinstance(stop, Unowned):
+        outcome["waits_for"] = f"unowned {stop.describe()}"
     return outcome
 
 
-def _held_slice(ledger: Ledger, held: dict[int, tuple[int, str | None]]) -> Slice | None:
-    """The slice whose boundary the group holds (its commits' metadata), if one of ours."""
-    named = {m for _, m in held.values()}
-    if len(named) != 1 or None in named:
-        return None
-    try:
-        return ledger.load_slice(named.pop())
-    except SliceNotPlanned:
-        return None
-
-
-def _published_run(
-    ledger: Ledger, after: Slice | None, published: Slice
-) -> tuple[Slice | None, Slice | None]:
-    """The newest slice of the run of published slices that follows `after` (the slice
-    whose boundary the group holds; None: no run), and the first slice after the run not
-    yet published (None: none): the group never passes a slice whose records gold does
-    not hold. Reads the slices planned since `after` ends, most often one or two; with
-    no `after` (a group new to the pipeline), the latest page of slices up to
-    `published`."""
-    if after is None:
-        following = [sl for sl in ledger.latest_slices(PAGE) if sl.start <= published.start]
-    else:
-        following = ledger.latest_slices(FOLLOWING, since=after.end)
-    end = after
-    for sl in following:
-        if ledger.step(sl.slice_id, "publish") is None:
-            return end, sl
-        end = sl
-    return end, None
+def published_run(ledger: Ledger) -> tuple[Slice | None, Slice | Unowned | None]:
+    """The last slice of the run of published slices from the origin (None: none yet),
+    and what ends it: the first slice not yet published, or a range no slice owns (None:
+    nothing planned past it). Reads the slices planned since the `acknowledged` mark."""
+    start = origin(ledger)
+    if start is None:
+        return None, None
+    mark = ledger.mark("acknowledged")
+    through = start if mark is None else max(start, datetime.fromisoformat(mark["through"]))
+    following = ledger.latest_slices(1 << 62, since=through)
+    end, last, gap = run_from(
+        through, following, counts=lambda sl: ledger.step(sl.slice_id, "publish") is not None
+    )
+    if last is None and mark is not None:
+        last = ledger.load_slice(mark["slice_id"])
+    waiting = next((sl for sl in following if sl.start == end), None)
+    return last, gap or waiting
 
 
 def _refusal(name: str, exc: KafkaException) -> str:

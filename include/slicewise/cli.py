@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from slicewise.config import ConfigError, Settings, load_settings
+from slicewise.coverage import unowned_ranges
 from slicewise.errors import OperationalError
 from slicewise.freshness import Freshness, Published, freshness
 from slicewise.holds import Hold
@@ -307,16 +308,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             shown = shown_slices(ledger, args.last, args.since, args.slice_id)
             rows, holds = status_rows(ledger, shown), list(ledger.holds().values())
             fresh = status_freshness(settings, ledger, rows)
+            gaps = unowned_ranges(ledger)
             if args.json:
                 held = [{**asdict(h), "since": h.since.isoformat()} for h in holds]
+                unowned = [[g.start.isoformat(), g.end.isoformat()] for g in gaps]
                 print(
                     json.dumps(
-                        {"slices": rows, "held_partitions": held, "freshness": fresh.to_json()},
+                        {
+                            "slices": rows,
+                            "unowned": unowned,
+                            "held_partitions": held,
+                            "freshness": fresh.to_json(),
+                        },
                         indent=2,
                     )
                 )
             else:
                 now = datetime.now(timezone.utc)
+                for gap in gaps:
+                    print(
+                        f"UNOWNED {gap.describe()}: no slice owns these offsets; nothing "
+                        "publishes past them and the consumer group stays below them. Run "
+                        "those intervals (docs/RUNBOOK.md#unowned-range)."
+                    )
                 print_holds(holds, now)
                 print("\n".join(fresh.describe(now)))
                 print_status(rows)

@@ -322,6 +322,23 @@ class Ledger:
         if version > self.verified_floor():
             self.store.replace("verified.json", _dump({"silver_version": version}))
 
+    # -- marks: how far a walk over the slices got, only ever raised ------------
+    def mark(self, name: str) -> dict[str, Any] | None:
+        return self._read(f"marks/{name}.json")
+
+    def create_mark(self, name: str, value: dict[str, Any]) -> None:
+        """The mark's first value; a mark already there (a racing walk's) stays."""
+        self.store.create(f"marks/{name}.json", _dump(value))
+
+    def raise_mark(self, name: str, field: str, at: datetime, **extra: Any) -> None:
+        """Set the mark's `field` to `at` (and `extra`) if that raises it. Walks racing
+        may write an older value last: it is still one a walk reached, and the next walk
+        is only longer."""
+        found = self.mark(name) or {}
+        if field in found and datetime.fromisoformat(found[field]) >= at:
+            return
+        self.store.replace(f"marks/{name}.json", _dump({**found, **extra, field: at.isoformat()}))
+
     # -- partitions an open transaction holds back ---------------------------
     def holds(self) -> dict[int, Hold]:
         found = self._read("holds.json") or {}

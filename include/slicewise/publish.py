@@ -24,6 +24,7 @@ from slicewise import key_index
 from slicewise.acknowledge import acknowledge
 from slicewise.commits import Commits, commits_above, last_commit
 from slicewise.config import Settings
+from slicewise.coverage import require_owned
 from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
@@ -61,6 +62,10 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
             f"slice {slice_id}: the gate has not passed since its last MERGE (ledger: {gate}); "
             "run the gate first, nothing was published."
         )
+    # Nothing is published past offsets no slice owns (an interval the scheduler skipped).
+    require_owned(
+        ledger, ledger.load_slice(slice_id), settings.publish_wait_seconds, settings.pipeline.dag_id
+    )
     silver_path = settings.table("silver")
     version = verified_version(spark, settings, ledger, slice_id)
     # The hours to rebuild are the slice's whole reach (its dedup-horizon window and far

@@ -30,6 +30,7 @@ LAYERS: list[set[str]] = [
     {"lease"},  # the planning lease, kept in the ledger's store
     {"data_docs"},  # the gate's pages, kept in the lakehouse's store
     {"faults", "spark", "kafka.offsets", "kafka.consumer_group", "ledger", "transforms"},
+    {"coverage"},  # which offsets the slices own, from the origin on
     {"key_index"},  # where earlier slices recorded a slice's keys, in runs sorted by key
     {"windows"},  # a slice's reach in silver: what silver merged, the gate and publish read
     {"planner"},  # the data path, in its order
