@@ -22,6 +22,11 @@ run) that an on-call's clean rerun of every unfinished task publishes everything
   was then, after the version that gate proved);
 * `wedged`: a quiet state from which the on-call's rerun does not publish every
   slice;
+* `unowned_passed`: gold, the Asset or the consumer group pass an interval that no
+  slice owns (one the scheduler skipped);
+* `unowned`: after the on-call's rerun (which runs every interval `status` and the
+  refusals name), an interval between the first and the last slice is owned by none:
+  its records were never read;
 * `stale_gold`: once the on-call's rerun has published every slice, a date of gold
   does not hold what silver holds there.
 
@@ -95,6 +100,16 @@ class Protocol:
     # commit may have removed the duplicate its slice's racing MERGE left (False: it
     # failed at that version for ever).
     gate_falls_back_to_now: bool = False
+    # Slices cover the topic (`slicewise.coverage`): publication waits for, then refuses,
+    # an interval before its slice that no slice owns, `status` names it, and the group's
+    # walk stops below it (False: planning froze only the run's own interval and the
+    # group walked the slices that exist, so a skipped interval was passed in silence).
+    covers_topic: bool = False
+    # The group's walk starts at the ledger's own `acknowledged` mark and every
+    # publication commits the run's end again (False: it started from the slice the
+    # group's committed offsets named, read back, and from the latest page of slices
+    # when they named none: an expired or reset group was moved past a slice waiting).
+    ack_from_ledger: bool = False
 
 
 BEFORE = Protocol()
@@ -115,6 +130,8 @@ DESIGNED = Protocol(
     settle_keeps_one=True,
     settle_after_copies=True,
     gate_falls_back_to_now=True,
+    covers_topic=True,
+    ack_from_ledger=True,
 )
 # What the code ships: every designed flag but those still open (`OPEN` in the tests).
 SHIPPED = DESIGNED
@@ -152,6 +169,12 @@ class Scenario:
     drop_bronze: str | None = None  # a published slice whose bronze maintenance drops
     publish: bool = True  # run publish and announce
     parallel: int = 2  # attempts running at once (Airflow's pool)
+    # Intervals the scheduler creates no run for (catchup off after an outage, a paused
+    # DAG); each runs only if an operator backfills it.
+    skipped: frozenset[str] = frozenset()
+    # A slice whose ingest is refused (a data-loss report) until on-call's override.
+    refused: str | None = None
+    group_expires: bool = False  # the group's offsets expire (or are reset) once
 
     @cached_property  # asked in every state the search reaches
     def slices(self) -> tuple[str, ...]:
@@ -370,6 +393,8 @@ def ids_unchanged(w: World, p: str, before: frozenset) -> bool:
 def ingest(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
     proto = m.proto
     if pc == 0:  # bronze: the one Kafka read, appended once
+        if s == m.sc.refused and not w.repaired:
+            return w, (), "failed"  # DataLossError until the override
         w = w._replace(appended=w.appended | {(p, "bronze", s)})
         return w, loc, 1  # bronze.committed
     if pc == 1:  # silver recorded already? (the MERGE's id then spent)
@@ -596,6 +621,8 @@ def publish(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
                 return w, (), "failed"
         elif m.rec(w, p, "mark", s) is not None:
             return w, (), "failed"
+        if proto.covers_topic and unowned_before(m, w, p, s):
+            return w, (), 0  # waits for the interval to be planned (a timeout refuses)
         return w, (), 1
     if pc == 1:  # the verified version (waits, or is blocked)
         if proto.verified_from_commits:
@@ -640,29 +667,55 @@ def publish(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
             dates_map = put(dates_map, d, (version, frozenset(c for c in rows if c.date == d)))
         w = w._replace(gold=put(w.gold, p, (dates_map, gold_version + 1)))
         m.check_gold(w, p)
+        if gap := unowned_before(m, w, p, s):
+            raise Violation("unowned_passed", f"{p} published {s} past {gap}, which no slice owns")
         return w, (version,), 3  # publish.gold_written
     if pc == 3:  # record the publication
         w = m.set_rec(w, p, "publish", s, loc[0])
         return w, loc, 4
     if pc == 4:  # move the consumer group forward
-        order = m.sc.slices
+        order, planned = m.sc.slices, m.recs(w, p, "slice")
         published = m.recs(w, p, "publish")
-        if proto.ack_below_unpublished:
-            upto = -1
+        held = get(w.group, p)
+        if proto.ack_from_ledger:  # the run from the origin, as the ledger has it
+            group = -1
             for i, x in enumerate(order):
-                if x not in published:
+                if x not in published or (proto.covers_topic and x not in planned):
                     break
-                upto = i
+                group = i
         else:
-            upto = max(order.index(x) for x in published)
-        group = max(get(w.group, p), upto)
+            # The slices that exist, walked from the one the group's offsets name; an
+            # expired group names none, and the walk then starts at the latest page of
+            # slices (here: the published slice alone).
+            walk = [i for i, x in enumerate(order) if x in planned]
+            if held < 0 and "group expired" in w.done:
+                walk = [order.index(s)]
+            walk = [i for i in walk if i > held]
+            if proto.ack_below_unpublished:
+                upto = -1
+                for i in walk:
+                    if order[i] not in published:
+                        break
+                    upto = i
+            else:
+                upto = max(order.index(x) for x in published)
+            group = max(held, upto)
         for i in range(group + 1):
             x = order[i]
             outcome = m.rec(w, p, "gate", x)
+            if x not in planned:
+                raise Violation("unowned_passed", f"{p}'s group passed {x}, which no slice owns")
             if x not in published or not outcome or not outcome[0]:
                 raise Violation("unproved_group", f"{p}'s group passed {x}, not published")
         return w._replace(group=put(w.group, p, group)), loc, "ok"
     raise AssertionError(pc)
+
+
+def unowned_before(m: Model, w: World, p: str, s: str) -> str | None:
+    """The first interval before `s` that no slice owns (`coverage.first_unowned`)."""
+    planned = m.recs(w, p, "slice")
+    order = m.sc.slices
+    return next((x for x in order[: order.index(s)] if x not in planned), None)
 
 
 def announce(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
@@ -784,6 +837,8 @@ def moves(m: Model, w: World) -> list[tuple[str, World]]:
     if len(w.running) < sc.parallel:
         for p in sc.pipelines:
             for s in sc.slices:
+                if s in sc.skipped and f"backfill {s}" not in w.done:
+                    continue  # the scheduler created no run for it
                 for step in steps:
                     used, outcome = tasks.get((p, s, step), (0, None))
                     if outcome == "ok":
@@ -829,6 +884,19 @@ def moves(m: Model, w: World) -> list[tuple[str, World]]:
                     w2._replace(done=w2.done | {"drop"}),
                 )
             )
+    # the operator backfills an interval `status` names as owned by no slice (the
+    # refusal names it too); the protocol before it named none
+    if m.proto.covers_topic:
+        for s in sorted(sc.skipped):
+            if f"backfill {s}" not in w.done and any(
+                unowned_before(m, w, p, x) == s for p in sc.pipelines for x in m.recs(w, p, "slice")
+            ):
+                out.append((f"backfill {s}", w._replace(done=w.done | {f"backfill {s}"})))
+    if sc.group_expires and "group expired" not in w.done:
+        expired = w._replace(group=tuple((p, -1) for p, _ in w.group))
+        out.append(
+            ("the group's offsets expire", expired._replace(done=w.done | {"group expired"}))
+        )
     # step or kill a running attempt
     for i, (p, s, step, n, pc, loc) in enumerate(w.running):
         rest = w.running[:i] + w.running[i + 1 :]
@@ -900,8 +968,16 @@ def recover(m: Model, w: World) -> None:
     whose upstream succeeded, until none moves), and a gate again where a publication
     says so: every slice must end published."""
     w = w._replace(repaired=True, running=(), kills=m.sc.kills)
+    if m.proto.covers_topic:  # `status` names each: on-call runs it (docs/RUNBOOK.md)
+        w = w._replace(done=w.done | {f"backfill {s}" for s in m.sc.skipped})
     steps = STEPS if m.sc.publish else STEPS[:3]
-    pending = [(p, s, step) for p in m.sc.pipelines for s in m.sc.slices for step in steps]
+    pending = [
+        (p, s, step)
+        for p in m.sc.pipelines
+        for s in m.sc.slices
+        if s not in m.sc.skipped or f"backfill {s}" in w.done
+        for step in steps
+    ]
     moved = True
     while moved:
         moved = False
@@ -923,6 +999,9 @@ def recover(m: Model, w: World) -> None:
     stuck = [t for t in pending if (get(w.tasks, t) or (0, None))[1] != "ok"]
     if stuck:
         raise Violation("wedged", f"after a clean rerun of every task, {stuck} do not pass")
+    for p in m.sc.pipelines:
+        if gap := unowned_before(m, w, p, m.sc.slices[-1]):
+            raise Violation("unowned", f"{p}: no slice owns {gap}, every task green")
     check_quiet(m, w)
     if m.sc.publish:
         check_gold_current(m, w)

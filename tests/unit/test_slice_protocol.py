@@ -122,6 +122,45 @@ HOLES = {
         ),
         {"wedged": "settle_tags_unproved"},
     ),
+    # 9 (issue 93, 1): the scheduler skips Y (catchup off, an outage, a paused DAG): X
+    # and Z publish, the group walks the slices that exist past Y, and Y's records are
+    # in no slice with every task green.
+    "skipped interval": (
+        Scenario(
+            "skipped-interval",
+            (Copy("a", 0, 0, "X"), Copy("b", 0, 1, "Y"), Copy("c", 0, 2, "Z")),
+            skipped=frozenset({"Y"}),
+            kills=0,
+            attempts=1,
+        ),
+        {"unowned_passed": "covers_topic"},
+    ),
+    # ... and, with nothing published yet, on-call's rerun of every red task finds none
+    # (nothing named Y): its records stay in no slice.
+    "skipped interval, nothing to refuse": (
+        Scenario(
+            "skipped-unnamed",
+            (Copy("a", 0, 0, "X"), Copy("b", 0, 1, "Y"), Copy("c", 0, 2, "Z")),
+            skipped=frozenset({"Y"}),
+            kills=1,
+            attempts=2,
+            publish=False,
+        ),
+        {"unowned": "covers_topic"},
+    ),
+    # 10 (issue 93, 3): F's ingest is refused (data loss) until the override, G
+    # publishes, and the group's offsets expire: the walk from the latest page passed F.
+    "group expires past a refused slice": (
+        Scenario(
+            "group-expires",
+            (Copy("a", 0, 0, "F"), Copy("b", 0, 1, "G")),
+            refused="F",
+            group_expires=True,
+            kills=0,
+            attempts=1,
+        ),
+        {"unproved_group": "ack_from_ledger"},
+    ),
 }
 
 
@@ -307,3 +346,17 @@ def test_a_copy_stored_twice_ends_as_one_row_and_every_gate_passes() -> None:
     report = explore(COPY_STORED_TWICE, SHIPPED)
     assert report.quiet > 0
     assert not report.found, report.describe()
+
+
+@pytest.mark.parametrize(
+    ("hole", "fix", "invariant"),
+    [
+        ("skipped interval", "covers_topic", "unowned_passed"),
+        ("skipped interval, nothing to refuse", "covers_topic", "unowned"),
+        ("group expires past a refused slice", "ack_from_ledger", "unproved_group"),
+    ],
+)
+def test_without_each_coverage_fix_the_designed_protocol_breaks(hole, fix, invariant) -> None:
+    scenario, _ = HOLES[hole]
+    report = explore(scenario, replace(DESIGNED, **{fix: False}))
+    assert invariant in report.found, report.describe()
