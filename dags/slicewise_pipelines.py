@@ -9,7 +9,7 @@ network at parse time.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pendulum
 from airflow.sdk import DAG, BaseOperator, CronDataIntervalTimetable, Param, task
@@ -113,8 +113,10 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
     with DAG(
         dag_id=pipeline.dag_id,
         schedule=CronDataIntervalTimetable(pipeline.schedule or schedule(), timezone="UTC"),
-        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-        catchup=False,
+        # With a declared start, Airflow runs every interval from it (the ones an outage
+        # or a pause skipped too); without one, publication refuses past a skipped one.
+        start_date=pendulum.instance(pipeline.start or datetime(2026, 1, 1, tzinfo=timezone.utc)),
+        catchup=pipeline.start is not None,
         max_active_runs=pipeline.airflow.max_active_runs,
         doc_md=doc,
         tags=["slicewise", "kafka", "delta", pipeline.name],

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -228,6 +228,11 @@ class Pipeline(_Strict):
     gold: Gold | None = None
     # Cron or a duration (`as_cron`); None: SLICEWISE_SCHEDULE, else hourly.
     schedule: str | None = None
+    # The first interval's start, with its zone. Declared, Airflow runs every interval
+    # from it on (catchup), so after a scheduler outage or a paused DAG it also runs the
+    # ones it missed. Unset, Airflow runs the latest interval only, and a publication
+    # past one it skipped is refused until on-call runs it (`slicewise.coverage`).
+    start: datetime | None = None
     maintenance: Maintenance = Maintenance()
     airflow: AirflowConventions = AirflowConventions()
     # The Kafka consumer group a publication moves (slicewise.acknowledge): true for
@@ -247,6 +252,15 @@ class Pipeline(_Strict):
     @classmethod
     def _schedule(cls, schedule: str | None) -> str | None:
         return None if schedule is None else as_cron(schedule)
+
+    @field_validator("start")
+    @classmethod
+    def _start(cls, start: datetime | None) -> datetime | None:
+        if start is not None and start.tzinfo is None:
+            raise ValueError(
+                f"start: {start.isoformat()} has no zone; write it as e.g. 2026-12-01T00:00:00Z"
+            )
+        return start
 
     @field_validator("consumer_group")
     @classmethod

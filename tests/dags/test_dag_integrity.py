@@ -162,6 +162,25 @@ def test_the_definition_sets_owner_retries_concurrency_pool_and_connections(
     assert (maintain.owner, maintain.pool) == ("team-orders", "slicewise_spark")
 
 
+def test_a_declared_start_makes_airflow_run_every_interval_from_it(
+    airflow_db, tmp_path, monkeypatch
+):
+    """`start:` turns catchup on from it, so intervals an outage or a pause skipped run
+    too; without it Airflow runs the latest interval only (and publication refuses past
+    a skipped one: tests/integration/test_coverage.py)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    text = TWO_PIPELINES.read_text().replace(
+        "    topic: orders\n", "    topic: orders\n    start: 2026-11-30T06:00:00Z\n"
+    )
+    (tmp_path / "pipelines.yaml").write_text(text)
+    monkeypatch.setenv("SLICEWISE_PIPELINES_FILE", str(tmp_path / "pipelines.yaml"))
+    bag = DagBag(dag_folder=str(DAGS))
+    orders, events = bag.get_dag("slicewise_orders"), bag.get_dag("slicewise_events")
+    assert orders.catchup and orders.start_date.isoformat() == "2026-11-30T06:00:00+00:00"
+    assert not events.catchup
+
+
 def test_the_submit_mode_is_chosen_by_configuration(airflow_db, monkeypatch):
     from airflow.dag_processing.dagbag import DagBag
 
