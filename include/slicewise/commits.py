@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from pyspark.sql import SparkSession
 
+from slicewise.errors import OperationalError
 from slicewise.tables import history, latest_commit
 
 PREFIX = "slicewise slices="
@@ -79,16 +80,41 @@ def epoch_seconds(at: datetime) -> int:
     return int(at.timestamp())
 
 
-def commits_above(spark: SparkSession, path: str, floor: int) -> Commits:
+class HistoryTruncated(OperationalError):
+    """Delta's log cleanup removed commits above the last version a publication read:
+    which slices wrote there can no longer be read from the table."""
+
+    def __init__(self, floor: int, oldest: int) -> None:
+        self.floor, self.oldest = floor, oldest
+        super().__init__(
+            f"silver's log no longer holds versions {floor + 1}-{oldest - 1} (Delta's log "
+            f"cleanup, delta.logRetentionDuration: the last publication read version {floor} "
+            "longer ago than that, so every publication since was refused, likely behind a "
+            "failed gate). Publication cannot tell whether a slice whose gate failed wrote "
+            "rows there, and nothing was published. Safe action: `slicewise status` lists "
+            "the slices not yet published; run the gate of each until every one passes "
+            "(docs/RUNBOOK.md#gate-failed), then publish this slice once by hand with "
+            "`slicewise publish --slice-id <id> --accept-truncated-history`, which walks "
+            f"from version {oldest} (docs/RUNBOOK.md#silvers-log-was-cleaned-up)."
+        )
+
+
+def commits_above(
+    spark: SparkSession, path: str, floor: int, accept_truncated: bool = False
+) -> Commits:
     """The table's commits above version `floor`, oldest first; its latest version always
     among them. One `DESCRIBE HISTORY` of those commits only: `floor` is a version already
-    proved (`Ledger.verified_floor`)."""
+    proved (`Ledger.verified_floor`). Raises `HistoryTruncated` when the log no longer
+    reaches down to `floor` (unless `accept_truncated`: then from its oldest commit)."""
     latest = latest_commit(spark, path)
     if latest.version <= floor:  # nothing above it: the latest version, already proved
         return [Commit(int(latest.version), (), epoch_seconds(latest.timestamp), "")]
     rows = [latest]
     if latest.version - floor > 1:
         rows = history(spark, path, latest.version - floor).collect()
+    oldest = min(int(r.version) for r in rows)
+    if oldest > floor + 1 and not accept_truncated:
+        raise HistoryTruncated(floor, oldest)
     return sorted(
         Commit(
             int(r.version),

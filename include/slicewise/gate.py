@@ -197,7 +197,9 @@ def validated_version(
     which is as sound; its publication may then wait for slices in flight. So is one
     after whose last commit silver's rows were changed by hand (a repair, a bad manual
     write: `commits.Commit.by_hand`), so that its gate sees what was written."""
-    commits = commits_above(spark, settings.table("silver"), ledger.verified_floor())
+    # A log cut below the slice's commit (Delta's cleanup): validated as silver is now.
+    floor = ledger.verified_floor()
+    commits = commits_above(spark, settings.table("silver"), floor, accept_truncated=True)
     last = last_commit(commits, slice_id)
     readable = settings.pipeline.maintenance.vacuum_retain - settings.step_timeout
     if last is None or time.time() - last.at > readable.total_seconds():

@@ -55,7 +55,7 @@ def _gate(spark: SparkSession, settings: Settings, args: argparse.Namespace) -> 
 def _publish(spark: SparkSession, settings: Settings, args: argparse.Namespace) -> Any:
     from slicewise.publish import run_publish
 
-    return run_publish(spark, settings, args.slice_id)
+    return run_publish(spark, settings, args.slice_id, args.accept_truncated_history)
 
 
 def _replay(spark: SparkSession, settings: Settings, args: argparse.Namespace) -> Any:
@@ -122,6 +122,10 @@ REPROCESS_FROM_BRONZE = {
     "replay its quarantine",
 }
 STEP_FLAGS = {
+    "publish": {
+        "--accept-truncated-history": "publish though silver's log no longer reaches the "
+        "last published version, once every unpublished slice's gate passed (logged)"
+    },
     "ingest": {**ACCEPT_DATA_LOSS, **REPROCESS_FROM_BRONZE},
     "bronze": ACCEPT_DATA_LOSS,
     "silver": REPROCESS_FROM_BRONZE,

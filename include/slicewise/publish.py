@@ -54,7 +54,9 @@ class Publication:
     far_dates: list[str] = field(default_factory=list)  # dates beyond them rebuilt too
 
 
-def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publication:
+def run_publish(
+    spark: SparkSession, settings: Settings, slice_id: str, accept_truncated_history: bool = False
+) -> Publication:
     ledger = Ledger.of(settings)
     gate = ledger.step(slice_id, "gate")
     if not gate or not gate.get("success"):
@@ -67,7 +69,9 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
         ledger, ledger.load_slice(slice_id), settings.publish_wait_seconds, settings.pipeline.dag_id
     )
     silver_path = settings.table("silver")
-    version = verified_version(spark, settings, ledger, slice_id)
+    version = verified_version(spark, settings, ledger, slice_id, accept_truncated_history)
+    if accept_truncated_history:
+        ledger.record_step(slice_id, "truncated_history_ack", {"silver_version": version})
     # The hours to rebuild are the slice's whole reach (its dedup-horizon window and far
     # dates), not only its own hours: its MERGE may have replaced a stored copy by an
     # earlier-positioned one with another occurred_at, moving that event out of an hour
@@ -88,7 +92,9 @@ def run_publish(spark: SparkSession, settings: Settings, slice_id: str) -> Publi
             attempts += 1
             built, read = gold_state(spark, gold_path)
             if attempts > 1:  # a retry after a lost race: silver may have moved on
-                version = verified_version(spark, settings, ledger, slice_id)
+                version = verified_version(
+                    spark, settings, ledger, slice_id, accept_truncated_history
+                )
             # Never an older view than gold already shows: that view was proved when
             # its publication read it, and it holds this slice's commits or more. (A
             # slice with a reach merged, so silver and `version` exist.)
@@ -201,7 +207,11 @@ def widened(reach: Reach | None, replay: dict | None) -> Reach | None:
 
 
 def verified_version(
-    spark: SparkSession, settings: Settings, ledger: Ledger, slice_id: str
+    spark: SparkSession,
+    settings: Settings,
+    ledger: Ledger,
+    slice_id: str,
+    accept_truncated: bool = False,
 ) -> int | None:
     """The version of silver publication reads for the slice (None: no silver yet): what
     gold is rebuilt from and the Asset event names. It holds the slice's own commits,
@@ -222,7 +232,7 @@ def verified_version(
     deadline = time.monotonic() + settings.publish_wait_seconds
     while True:
         floor = ledger.verified_floor()
-        commits = commits_above(spark, path, floor)
+        commits = commits_above(spark, path, floor, accept_truncated)
         proved = proved_prefix(floor, commits, lambda s: ledger.step(s, "gate"))
         last = last_commit(commits, slice_id)
         mine = None if last is None else last.version

@@ -91,7 +91,9 @@ def test_an_interval_the_scheduler_skipped_is_refused_named_then_run_once(
     ledger = Ledger.of(settings)
     assert ledger.step(last.slice_id, "publish") is None  # nothing downstream changed
     ends = {p: first.ranges[p][1] for p in range(3)}
-    assert {p: row[0] for p, row in describe(kafka_bootstrap, group, settings.topic).items()} == ends
+    assert {
+        p: row[0] for p, row in describe(kafka_bootstrap, group, settings.topic).items()
+    } == ends
     out = status(monkeypatch, capsys, settings, kafka_bootstrap)
     assert f"UNOWNED [{at(1).isoformat()}, {at(2).isoformat()})" in out
 
@@ -126,17 +128,23 @@ def test_an_expired_group_is_set_again_below_a_slice_waiting_for_its_override(
     last = ingest_and_gate(spark, settings, 2)
     run_publish(spark, settings, last.slice_id)
     held = {p: first.ranges[p][1] for p in range(3)}
-    assert {p: row[0] for p, row in describe(kafka_bootstrap, group, settings.topic).items()} == held
+    assert {
+        p: row[0] for p, row in describe(kafka_bootstrap, group, settings.topic).items()
+    } == held
 
     # The group's offsets expire (offsets.retention.minutes), as Kafka's tool deletes them.
     consumer_groups(kafka_bootstrap, "--delete", "--group", group)
     assert describe(kafka_bootstrap, group, settings.topic) == {}
     run_publish(spark, settings, last.slice_id)  # a rerun, or the next slice's publication
-    assert {p: row[0] for p, row in describe(kafka_bootstrap, group, settings.topic).items()} == held
+    assert {
+        p: row[0] for p, row in describe(kafka_bootstrap, group, settings.topic).items()
+    } == held
     assert Ledger.of(settings).step(last.slice_id, "acknowledge")["waits_for"] == waiting.slice_id
 
     run_ingest(spark, settings, waiting.slice_id)  # the override given, it lands
     run_gate(spark, settings, waiting.slice_id)
     run_publish(spark, settings, waiting.slice_id)
     ends = {p: last.ranges[p][1] for p in range(3)}
-    assert {p: row[0] for p, row in describe(kafka_bootstrap, group, settings.topic).items()} == ends
+    assert {
+        p: row[0] for p, row in describe(kafka_bootstrap, group, settings.topic).items()
+    } == ends
