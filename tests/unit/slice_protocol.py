@@ -42,6 +42,7 @@ versions, each a set of copies and the slice step that committed it.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from operator import itemgetter
@@ -1094,6 +1095,35 @@ def explore(sc: Scenario, proto: Protocol = SHIPPED, limit: int = 2_000_000) -> 
                 seen.add(w2)  # one hash of the state, where `in` then `add` took two
                 if len(seen) > known:
                     stack.append((w2, (label, path)))
+    return report
+
+
+def walk(sc: Scenario, proto: Protocol = SHIPPED, seed: int = 0, walks: int = 200) -> Report:
+    """Seeded random walks of the same model, for scenarios too big to search whole
+    (retries=3 with four runs in flight): from the start, one move drawn at random in
+    each state until nothing is left to run, then the quiet checks and on-call's rerun;
+    `walks` times. The first trace to each invariant broken, as `explore` reports."""
+    rng = random.Random(seed)
+    m, report = Model(sc, proto), Report(f"{sc.name} ({walks} walks, seed {seed})")
+    for _ in range(walks):
+        w, trace = initial(sc), []
+        while True:
+            report.states += 1
+            nexts = moves(m, w)
+            if not nexts:
+                report.quiet += 1
+                try:
+                    check_quiet(m, w)
+                    recover(m, w)
+                except Violation as v:
+                    report.violations.setdefault(v.invariant, [*trace, str(v)])
+                break
+            label, w2 = rng.choice(nexts)
+            if isinstance(w2, Violation):
+                report.violations.setdefault(w2.invariant, [*trace, label, str(w2)])
+                break
+            trace.append(label)
+            w = w2
     return report
 
 

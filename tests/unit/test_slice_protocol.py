@@ -8,6 +8,7 @@ any reachable state; and the shipped code's flags say which fixes have landed.""
 from __future__ import annotations
 
 import functools
+import os
 import re
 import time
 from dataclasses import replace
@@ -24,6 +25,7 @@ from slice_protocol import (
     Scenario,
     explore,
     get,
+    walk,
 )
 
 from slicewise.faults import POINTS
@@ -360,3 +362,39 @@ def test_without_each_coverage_fix_the_designed_protocol_breaks(hole, fix, invar
     scenario, _ = HOLES[hole]
     report = explore(scenario, replace(DESIGNED, **{fix: False}))
     assert invariant in report.found, report.describe()
+
+
+# Production's shape, too big to search whole: retries=3 (four attempts), four runs in
+# flight, kills and zombies, an interval the scheduler skipped, a slice refused until
+# its override, and the group's offsets expiring. Seeded random walks of the model.
+PRODUCTION = Scenario(
+    "production",
+    (
+        Copy("a", 0, 0, "W"),
+        Copy("b", 0, 1, "X", BAD),
+        Copy("a", 3, 2, "Y"),
+        Copy("c", 0, 3, "Z"),
+        Copy("d", 3, 4, "V"),
+    ),
+    kills=3,
+    zombies=True,
+    attempts=4,
+    parallel=4,
+    skipped=frozenset({"Y"}),
+    refused="Z",
+    group_expires=True,
+)
+WALK_SEEDS = range(3)  # a fixed budget in the unit tier; a long run: SLICEWISE_WALKS
+
+
+@pytest.mark.parametrize("seed", WALK_SEEDS)
+def test_random_walks_of_production_find_nothing_on_the_shipped_protocol(seed) -> None:
+    walks = int(os.environ.get("SLICEWISE_WALKS", "150"))
+    report = walk(PRODUCTION, SHIPPED, seed=seed, walks=walks)
+    assert report.quiet == walks
+    assert not report.found, report.describe()
+
+
+def test_random_walks_find_the_skipped_interval_on_the_protocol_before() -> None:
+    report = walk(PRODUCTION, replace(SHIPPED, covers_topic=False), seed=0, walks=50)
+    assert "unowned_passed" in report.found, report.describe()
