@@ -7,11 +7,13 @@ records would be in no slice, never read, while every task is green and the grou
 commits past them. So what publication depends on is checked where it publishes.
 
 Slices share boundaries, so in start order they cover the topic from the origin to a
-time T exactly when each starts where the one before it ends, up to T; the first
-place that fails is an unowned range `[end, next start)`. The origin is the first
-slice the ledger held when coverage was first walked (`marks/covered.json`, never
-moved): a run planned before it later is a backfill of the history that precedes
-the pipeline, and owns its own interval only.
+time T exactly when each starts at or before the end of the ones before it, up to T;
+the first place that fails is an unowned range `[end, next start)`. The origin is
+recorded when the pipeline's first slice is planned (`marks/covered.json`, never
+moved): the definition's `start` if it declares one (so a first interval whose run
+failed is still named), else that slice's start. A run planned before the origin
+later is a backfill of the history before the pipeline and owns its interval only.
+A ledger from before the marks starts at its oldest slice not yet published.
 
 Walks are bounded by marks the ledger keeps and only raises: `covered` (the end of the
 covered run from the origin) and `acknowledged` (the end of the run of published
@@ -28,10 +30,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from slicewise.errors import OperationalError
-from slicewise.ledger import Ledger
-from slicewise.slices import Slice
+from slicewise.ledger import Ledger, SliceNotPlanned
+from slicewise.slices import Slice, stamp
 
-SEED = 1_000  # a ledger from before the marks: its origin is the oldest of its latest slices
+SEED = 1_000  # a ledger from before the marks: its latest slices, read once
 
 
 @dataclass(frozen=True)
@@ -52,23 +54,23 @@ def run_from(
     counts: Callable[[Slice], bool] = lambda _: True,
 ) -> tuple[datetime, Slice | None, Unowned | None]:
     """Follow `following` (the slices starting at or after `through`, in start order)
-    while each starts where the run ends and `counts`, up to `until` (None: as far as
-    they go). Returns the run's end, its last slice, and the unowned range that stopped
-    it (None: `until` reached, a slice that does not count, or no slice planned past)."""
+    while each starts at or before the run's end and `counts`, up to `until` (None: as
+    far as they go). Returns the run's end, its last slice, and the unowned range that
+    stopped it (None: `until` reached, a slice that does not count, or no slice
+    planned past)."""
     last = None
     for sl in following:
         if until is not None and through >= until:
             break
-        if sl.start < through:
-            continue  # a backfill before the origin, or a slice the run already passed
+        if sl.end <= through:
+            continue  # a backfill before the origin, or inside the run already
         if sl.start > through:
-            return (
-                through,
-                last,
-                Unowned(through, sl.start if until is None else min(sl.start, until)),
-            )
+            end = sl.start if until is None else min(sl.start, until)
+            return through, last, Unowned(through, end)
         if not counts(sl):
             break
+        # An interval not on the schedule may overlap the run's last one: it still
+        # owns what lies past its end.
         through, last = sl.end, sl
     else:
         if until is not None and through < until:
@@ -76,19 +78,31 @@ def run_from(
     return through, last, None
 
 
+def note_origin(ledger: Ledger, declared: datetime | None) -> None:
+    """Record where coverage starts, once, when a slice is planned: `declared` (the
+    definition's `start`), else the ledger's oldest slice not yet published."""
+    if ledger.mark("covered") is None:
+        _seed(ledger, declared)
+
+
+def _seed(ledger: Ledger, declared: datetime | None) -> None:
+    if declared is None:
+        latest = ledger.latest_slices(SEED)
+        if not latest:
+            return
+        waiting = (sl for sl in latest if ledger.step(sl.slice_id, "publish") is None)
+        declared = next((sl.start for sl in waiting), latest[-1].end)
+    at = declared.isoformat()
+    ledger.create_mark("covered", {"origin": at, "through": at})
+
+
 def origin(ledger: Ledger) -> datetime | None:
-    """Where the pipeline's coverage starts (None: no slice planned yet). Fixed by the
-    first walk: the oldest slice then held, or for a ledger from before the marks the
-    oldest of its latest `SEED` slices."""
+    """Where the pipeline's coverage starts (None: no slice planned yet)."""
     mark = ledger.mark("covered")
-    if mark is not None:
-        return datetime.fromisoformat(mark["origin"])
-    seed = ledger.latest_slices(SEED)
-    if not seed:
-        return None
-    first = seed[0].start
-    ledger.create_mark("covered", {"origin": first.isoformat(), "through": first.isoformat()})
-    return datetime.fromisoformat(ledger.mark("covered")["origin"])
+    if mark is None:  # a ledger from before the marks
+        _seed(ledger, None)
+        mark = ledger.mark("covered")
+    return None if mark is None else datetime.fromisoformat(mark["origin"])
 
 
 def first_unowned(ledger: Ledger, before: datetime | None = None) -> Unowned | None:
@@ -120,6 +134,19 @@ def unowned_ranges(ledger: Ledger) -> list[Unowned]:
     return gaps
 
 
+def planned_at(ledger: Ledger, at: datetime) -> bool:
+    """Whether a slice starting at `at` and ending at the next stored boundary (a run of
+    the schedule's) is planned: two reads, where a walk reads every slice since."""
+    after = ledger.after(at)
+    if after is None:
+        return False
+    try:
+        ledger.load_slice(f"{stamp(at)}-{stamp(after.at)}")
+    except SliceNotPlanned:
+        return False
+    return True
+
+
 class UnownedRange(OperationalError):
     """Offsets below a slice belong to no slice: publishing it would pass them."""
 
@@ -142,9 +169,14 @@ def require_owned(
 ) -> None:
     """Return once every offset from the origin up to `sl` belongs to a slice; a range
     not yet owned is waited for up to `wait_seconds` (runs plan out of order: the one
-    before may be planning), then refused (`UnownedRange`)."""
+    before may be planning), then refused (`UnownedRange`). While it waits, only the
+    range's first interval is looked for; the whole walk runs again once it is there,
+    and once more before refusing."""
     deadline = time.monotonic() + wait_seconds
     while (gap := first_unowned(ledger, sl.start)) is not None:
-        if time.monotonic() > deadline:
-            raise UnownedRange(sl.slice_id, gap, ledger.topic, dag_id)
-        time.sleep(sleep)
+        while not planned_at(ledger, gap.start):
+            if time.monotonic() > deadline:
+                if (gap := first_unowned(ledger, sl.start)) is None:
+                    return
+                raise UnownedRange(sl.slice_id, gap, ledger.topic, dag_id)
+            time.sleep(sleep)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 from slicewise.config import Settings
+from slicewise.coverage import note_origin
 from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.holds import overdue, track
@@ -250,6 +251,7 @@ def plan_slice(
     sl = slice_between(lower, upper)
     fault_point("plan.resolved", settings, sl.slice_id)
     ledger.save_slice(sl)
+    note_origin(ledger, settings.pipeline.start)  # the first slice: where coverage starts
     if losses:
         ack = {"losses": [d.__dict__ for d in losses], "found_by": "plan"}
         ledger.record_step(sl.slice_id, "data_loss_ack", ack)

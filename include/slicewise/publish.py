@@ -24,10 +24,11 @@ from slicewise import key_index
 from slicewise.acknowledge import acknowledge
 from slicewise.commits import Commits, commits_above, last_commit
 from slicewise.config import Settings
-from slicewise.coverage import require_owned
+from slicewise.coverage import Unowned, UnownedRange, first_unowned, require_owned
 from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
+from slicewise.slices import slice_interval
 from slicewise.tables import (
     history,
     retry_on_conflict,
@@ -225,15 +226,22 @@ def verified_version(
     seconds); slices that commit later cannot delay it. A failed gate below stops it at
     once, naming the slice: what a gate rejected never reaches gold, the Asset or the
     consumer group, not even through another slice's publication, until it is repaired
-    and passes."""
+    and passes. Nor do the rows of a slice past a range no slice owns: the version
+    stops below its first commit, as below a gate not yet run (`slicewise.coverage`)."""
     path = settings.table("silver")
     if not table_exists(spark, path):
         return None
     deadline = time.monotonic() + settings.publish_wait_seconds
     while True:
+        gap = first_unowned(ledger)
         floor = ledger.verified_floor()
         commits = commits_above(spark, path, floor, accept_truncated)
-        proved = proved_prefix(floor, commits, lambda s: ledger.step(s, "gate"))
+        proved = proved_prefix(
+            floor,
+            commits,
+            lambda s: ledger.step(s, "gate"),
+            past(gap),
+        )
         last = last_commit(commits, slice_id)
         mine = None if last is None else last.version
         if mine is None or proved.version >= mine:
@@ -246,9 +254,16 @@ def verified_version(
                 "nothing was published."
             )
         if proved.failed or time.monotonic() > deadline:
+            if gap is not None and not proved.failed and proved.beyond:
+                raise UnownedRange(slice_id, gap, ledger.topic, settings.pipeline.dag_id)
             raise PublicationBlocked(slice_id, proved.failed, proved.pending)
         log.info("publish of %s waits for the gate of %s", slice_id, ", ".join(proved.pending))
         time.sleep(2)
+
+
+def past(gap: Unowned | None) -> Callable[[str], bool]:
+    """Whether a slice lies past the range `gap` (None: no range unowned)."""
+    return lambda s: gap is not None and slice_interval(s)[0] >= gap.end
 
 
 @dataclass(frozen=True)
@@ -256,28 +271,38 @@ class Proved:
     version: int  # the newest version publication may read
     failed: list[str]  # the slices whose failed gate stops it above
     pending: list[str]  # the slices whose gate has not seen their commit above it
+    beyond: bool = False  # a pending slice lies past a range no slice owns
 
 
-def proved_prefix(floor: int, commits: Commits, gate_of: Callable[[str], dict | None]) -> Proved:
+def proved_prefix(
+    floor: int,
+    commits: Commits,
+    gate_of: Callable[[str], dict | None],
+    beyond: Callable[[str], bool] = lambda _: False,
+) -> Proved:
     """The newest version V at or above `floor` (a version already published, so proved)
     such that each commit above `floor` up to V was seen by a passing gate of every
     slice it wrote for, that gate run at a version at or below V: each row V holds was
     then in the version some passing gate validated. Walks `commits` oldest first and
-    stops at the first commit no such gate saw."""
+    stops at the first commit no such gate saw, or of a slice `beyond` a range no slice
+    owns (as pending: it publishes once the range is run)."""
     need = best = floor
     for version, slices in ((c.version, c.slices) for c in commits):
         failed, pending = [], []
+        past = [s for s in slices if beyond(s)]
         for s in slices:
             gate = gate_of(s) or {}
             seen = gate.get("silver_version")
-            if gate.get("success") and seen is not None and seen >= version:
+            if s in past:
+                pending.append(s)
+            elif gate.get("success") and seen is not None and seen >= version:
                 need = max(need, int(seen))
             elif gate.get("success") is False:
                 failed.append(s)
             else:
                 pending.append(s)
         if failed or pending:
-            return Proved(best, sorted(failed), sorted(pending))
+            return Proved(best, sorted(failed), sorted(pending), bool(past))
         if version >= need:
             best = version
     return Proved(best, [], [])

@@ -111,6 +111,10 @@ class Protocol:
     # group's committed offsets named, read back, and from the latest page of slices
     # when they named none: an expired or reset group was moved past a slice waiting).
     ack_from_ledger: bool = False
+    # The version publication reads stops below the first commit of a slice that lies
+    # past a range no slice owns (False: any passing gate's commit counted, so an
+    # earlier slice's publication carried a later, refused one's rows downstream).
+    capped_at_coverage: bool = False
 
 
 BEFORE = Protocol()
@@ -133,6 +137,7 @@ DESIGNED = Protocol(
     gate_falls_back_to_now=True,
     covers_topic=True,
     ack_from_ledger=True,
+    capped_at_coverage=True,
 )
 # What the code ships: every designed flag but those still open (`OPEN` in the tests).
 SHIPPED = DESIGNED
@@ -366,6 +371,15 @@ class Model:
                 if (p, c) not in w.proved:
                     raise Violation("unproved_gold", f"{p} gold date {d} holds {c}, no gate saw it")
 
+    def check_owned(self, w: World, p: str, s: str, version: int) -> None:
+        """Nothing published past a range no slice owns: not the slice, nor rows of a
+        later slice in the silver version it publishes."""
+        for x in {s} | {c.slice for c in self.rows(w, p, version)}:
+            if gap := unowned_before(self, w, p, x):
+                raise Violation(
+                    "unowned_passed", f"{p} published {s} (v{version}) with {x}, past {gap}"
+                )
+
     def check_version(self, w: World, p: str, version: int, what: str) -> None:
         if version >= len(self.versions(w, p)):
             raise Violation(what, f"{p} announced silver v{version}, which it does not have")
@@ -586,7 +600,9 @@ def verified_from_commits(m: Model, w: World, p: str, s: str) -> tuple[str, Any]
     for v in range(best + 1, current + 1):
         for t in gated(vs[v][1]):
             outcome = m.rec(w, p, "gate", t)
-            if outcome is None or not outcome[0] or outcome[1] < v:
+            if m.proto.capped_at_coverage and unowned_before(m, w, p, t):
+                pending.append(t)  # waits for the range before it (a timeout refuses)
+            elif outcome is None or not outcome[0] or outcome[1] < v:
                 (failed if outcome is not None and not outcome[0] else pending).append(t)
             else:
                 need = max(need, outcome[1])
@@ -668,8 +684,7 @@ def publish(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
             dates_map = put(dates_map, d, (version, frozenset(c for c in rows if c.date == d)))
         w = w._replace(gold=put(w.gold, p, (dates_map, gold_version + 1)))
         m.check_gold(w, p)
-        if gap := unowned_before(m, w, p, s):
-            raise Violation("unowned_passed", f"{p} published {s} past {gap}, which no slice owns")
+        m.check_owned(w, p, s, version)
         return w, (version,), 3  # publish.gold_written
     if pc == 3:  # record the publication
         w = m.set_rec(w, p, "publish", s, loc[0])
@@ -725,6 +740,7 @@ def announce(m: Model, w: World, p: str, s: str, pc: int, loc: tuple) -> tuple:
         if version is None:
             return w, (), "failed"
         m.check_version(w, p, version, "unproved_asset")
+        m.check_owned(w, p, s, version)
         return w, (), "ok"  # announce.recorded
     raise AssertionError(pc)
 

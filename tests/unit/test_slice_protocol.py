@@ -350,17 +350,22 @@ def test_a_copy_stored_twice_ends_as_one_row_and_every_gate_passes() -> None:
     assert not report.found, report.describe()
 
 
+# Coverage's checks are one walk in the code (`slicewise.coverage`): without it, the
+# cap on the version published has nothing to stop at either.
 @pytest.mark.parametrize(
-    ("hole", "fix", "invariant"),
+    ("hole", "fixes", "invariant"),
     [
-        ("skipped interval", "covers_topic", "unowned_passed"),
-        ("skipped interval, nothing to refuse", "covers_topic", "unowned"),
-        ("group expires past a refused slice", "ack_from_ledger", "unproved_group"),
+        ("skipped interval", ("covers_topic", "capped_at_coverage"), "unowned_passed"),
+        ("skipped interval, nothing to refuse", ("covers_topic",), "unowned"),
+        ("group expires past a refused slice", ("ack_from_ledger",), "unproved_group"),
+        # X in flight, Y skipped, Z gated and refused: X's publication read a version
+        # holding Z's rows, past the range Y owns (the review of issue 93).
+        ("skipped interval", ("capped_at_coverage",), "unowned_passed"),
     ],
 )
-def test_without_each_coverage_fix_the_designed_protocol_breaks(hole, fix, invariant) -> None:
+def test_without_each_coverage_fix_the_designed_protocol_breaks(hole, fixes, invariant) -> None:
     scenario, _ = HOLES[hole]
-    report = explore(scenario, replace(DESIGNED, **{fix: False}))
+    report = explore(scenario, replace(DESIGNED, **dict.fromkeys(fixes, False)))
     assert invariant in report.found, report.describe()
 
 
@@ -396,5 +401,6 @@ def test_random_walks_of_production_find_nothing_on_the_shipped_protocol(seed) -
 
 
 def test_random_walks_find_the_skipped_interval_on_the_protocol_before() -> None:
-    report = walk(PRODUCTION, replace(SHIPPED, covers_topic=False), seed=0, walks=50)
+    off = replace(SHIPPED, covers_topic=False, capped_at_coverage=False)
+    report = walk(PRODUCTION, off, seed=0, walks=50)
     assert "unowned_passed" in report.found, report.describe()

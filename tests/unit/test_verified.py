@@ -63,3 +63,11 @@ def test_a_replays_commit_waits_for_every_slice_whose_copies_it_brought_in():
     commits = log((7, ("r", "z")))
     assert proved_prefix(6, commits, gates(r=(True, 7)).get) == Proved(6, [], ["z"])
     assert proved_prefix(6, commits, gates(r=(True, 7), z=(True, 7)).get) == Proved(7, [], [])
+
+
+def test_a_slice_past_a_range_no_slice_owns_caps_the_version_as_if_pending():
+    # y lies past an unowned range: publication reads below its commit, whatever its gate.
+    commits = log((1, ("x",)), (2, ("y",)), (3, ("z",)))
+    seen = gates(x=(True, 1), y=(True, 2), z=(True, 3))
+    assert proved_prefix(0, commits, seen.get) == Proved(3, [], [])
+    assert proved_prefix(0, commits, seen.get, lambda s: s == "y") == Proved(1, [], ["y"], True)
