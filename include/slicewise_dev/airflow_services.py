@@ -172,6 +172,16 @@ class AirflowServices:
         self._children = [c for c in self._children if c.log.stem != "airflow-celery"]
         self._children.append(self._start(["celery", "worker"]))
 
+    def kill(self, component: str) -> None:
+        """SIGKILL a component and every process it started, as a host lost (chaos)."""
+        [child] = [c for c in self._children if c.log.stem == f"airflow-{component}"]
+        child.kill()
+        self._children.remove(child)
+
+    def restart(self, component: list[str]) -> None:
+        """Start a component again (after `kill`)."""
+        self._children.append(self._start(component))
+
     def stop(self) -> None:
         """End every component and whatever it started (the executor's workers too)."""
         for child in self._children:

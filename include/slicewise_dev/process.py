@@ -77,6 +77,19 @@ class Child:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         return f"{self.log}:\n" + "\n".join(text.splitlines()[-lines:])
 
+    def kill(self) -> None:
+        """SIGKILL the server and everything it started, nothing left to clean up (a
+        host lost, kill -9)."""
+        try:
+            tree = [psutil.Process(self.pid), *psutil.Process(self.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            tree = []
+        for p in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        psutil.wait_procs(tree, timeout=10)
+        self._proc.wait()
+
     def stop(self, timeout: float = 20.0) -> None:
         """End the server and everything it started; a no-op once it has."""
         end_tree(self.pid, timeout)

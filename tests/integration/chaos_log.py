@@ -38,6 +38,7 @@ SCENARIOS = {
     "worker-killed": "Celery worker's host killed mid-ingest, retried on a new worker",
     "retried-merge": "a MERGE killed before its record, retried; the next slice's publication refused",
     "shared-topic": "two pipelines on one topic, one ledger root: the strict one's gate holds",
+    "scheduler-away": "one-minute DAG: scheduler killed or DAG paused 3+ intervals, catchup off",
 }
 
 # Code whose change makes earlier runs evidence about other code.

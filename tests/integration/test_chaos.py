@@ -24,11 +24,14 @@ unrecorded.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import random
 import signal
 import statistics
 import subprocess
+import threading
 import time
 import uuid
 from collections import deque
@@ -53,10 +56,10 @@ from slicewise.home import REPO_ROOT
 from slicewise.ledger import Ledger
 from slicewise.tables import table_exists
 from slicewise_dev.airflow_env import VENV_BIN, airflow_env
-from slicewise_dev.airflow_services import AirflowServices, Celery
+from slicewise_dev.airflow_services import DAG_ID, AirflowServices, Celery
 from slicewise_dev.broker import LocalBroker, free_ports, running_broker
 from slicewise_dev.netns import Hosts
-from slicewise_dev.producer import Record, TxProducer, event_value
+from slicewise_dev.producer import Record, TxProducer, ensure_topic, event_value
 from slicewise_dev.redis import LocalRedis
 from slicewise_dev.source import TYPES, Faults, Manifest, produce
 
@@ -338,8 +341,10 @@ RACING_COPY = "racing-copy"  # a writer stores a copy of a key just before silve
 WORKER_KILLED = "worker-killed"  # through Airflow: a CeleryExecutor worker on another host
 RETRIED_MERGE = "retried-merge"  # a MERGE killed before its record, a failing gate, a publication
 SHARED_TOPIC = "shared-topic"  # two pipelines on one topic under one SLICEWISE_LEDGER_DIR
+SCHEDULER_AWAY = "scheduler-away"  # through Airflow's scheduler: intervals it skipped
 assert set(SCENARIOS) == {
-    *STRIKES, MIXED, FAILED_GATE, RACING_COPY, WORKER_KILLED, RETRIED_MERGE, SHARED_TOPIC
+    *STRIKES, MIXED, FAILED_GATE, RACING_COPY, WORKER_KILLED, RETRIED_MERGE, SHARED_TOPIC,
+    SCHEDULER_AWAY,
 }  # fmt: skip
 
 
@@ -698,7 +703,7 @@ MEAN_SECONDS = {
     FAILED_GATE: 265, "maintenance": 184, WORKER_KILLED: 156, SHARED_TOPIC: 130,
     RETRIED_MERGE: 105, "mid-step": 78, "zombie": 75, "client-killed": 67, "boundary": 59,
     "broker-restart": 54, MIXED: 52, RACING_COPY: 42, "two-clients": 40, "orphan": 38,
-    "server-restart": 26,
+    "server-restart": 26, SCHEDULER_AWAY: 600,
 }  # fmt: skip
 assert set(MEAN_SECONDS) == set(SCENARIOS)
 
@@ -736,6 +741,14 @@ def test_chaos_loses_and_duplicates_nothing(
 
         def one_run(run: int, seed: int, this: Row) -> None:
             worker_killed_run(spark, stack, run, seed, this)
+    elif scenario == SCHEDULER_AWAY:  # its own Airflow per run, on the chaos broker and server
+        broker, server = (request.getfixturevalue(f) for f in ("chaos_broker", "chaos_server"))
+        new_database = request.getfixturevalue("postgres_server")
+
+        def one_run(run: int, seed: int, this: Row) -> None:
+            scheduler_away_run(
+                spark, broker, server, new_database, tmp_path / f"run-{run}", seed, this
+            )
     else:
         broker, server = (request.getfixturevalue(f) for f in ("chaos_broker", "chaos_server"))
 
@@ -973,3 +986,143 @@ def worker_killed_run(spark, stack: CeleryStack, run: int, seed: int, row: Row) 
     assert Ledger.of(settings).step(sl.slice_id, "gate")["success"]
     gold = spark.read.format("delta").load(table("gold_events_per_hour"))
     assert gold.agg(F.sum("events")).first()[0] == silver.count(), "gold does not count silver"
+
+
+# -- scheduler-away: the DAG on a one-minute schedule, its scheduler away --------------
+
+
+class Stream:
+    """Committed events produced at a steady pace, each with its time as timestamp."""
+
+    def __init__(self, settings: Settings, prefix: str) -> None:
+        self.settings, self.prefix = settings, prefix
+        self.sent: list[tuple[str, datetime]] = []
+        self.stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._conf = {"bootstrap.servers": settings.bootstrap_servers}
+        ensure_topic(self._conf, settings.topic, partitions=3)
+
+    def _run(self) -> None:
+        producer = TxProducer(self._conf, self.settings.topic, f"{self.prefix}stream")
+        n = 0
+        while not self.stopped.wait(2.0):
+            now = datetime.now(timezone.utc)
+            batch = [(f"{self.prefix}{n + i}", now) for i in range(3)]
+            producer.send(
+                [Record(event_value(e, at), i % 3, at) for i, (e, at) in enumerate(batch)]
+            )
+            self.sent += batch
+            n += 3
+
+    def __enter__(self) -> Stream:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self._thread.join(timeout=60)
+
+
+def scheduler_away_run(
+    spark, broker: LocalBroker, server: SparkConnectServer, new_database, state: Path, seed: int,
+    row: Row,
+) -> None:  # fmt: skip
+    """The DAG on a one-minute schedule with catchup off, its scheduler killed (kill -9)
+    or the DAG paused for three to four intervals, then back. Airflow runs the latest
+    interval only: its publication must be refused, naming the intervals no slice owns;
+    on-call backfills what `slicewise status` lists, the refused publication's retry then
+    passes, and silver holds every event up to the newest published slice exactly once,
+    with the consumer group at its end and no range unowned."""
+    rng = random.Random(seed)
+    env = {
+        "SLICEWISE_KAFKA_BOOTSTRAP": broker.bootstrap,
+        "SLICEWISE_SPARK_REMOTE": server.url,
+        TOKEN_ENV: server.token,
+        "SLICEWISE_TOPIC": f"chaos-away-{uuid.uuid4().hex[:8]}",
+        "SLICEWISE_STATE_DIR": str(state),
+        "SLICEWISE_LAKEHOUSE": str(state / "lakehouse"),
+        "SLICEWISE_SCHEDULE": "1m",
+        "SLICEWISE_GRACE_SECONDS": "5",
+        "SLICEWISE_PUBLISH_WAIT_SECONDS": "20",
+    }
+    environ = {**os.environ, **env}
+    settings = load_settings(environ)
+    deployment = {
+        **airflow_env(settings, environ=environ),
+        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": connect_connection(server.url, server.token),
+        "AIRFLOW_HOME": str(state / "airflow"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": new_database(f"away_{uuid.uuid4().hex[:12]}"),
+    }
+    prefix = f"r{seed}-"
+    paused = rng.random() < 0.5
+    away = rng.uniform(3.2, 4.2) * 60
+    with (
+        Stream(settings, prefix) as stream,
+        AirflowServices(
+            deployment, state / "airflow-logs", triggerer=True, scheduled=True,
+        ) as airflow,
+    ):  # fmt: skip
+        airflow.wait_for_scheduled_success(timeout=600)
+        if paused:
+            airflow_cli(deployment, "dags", "pause", DAG_ID)
+        else:
+            airflow.kill("scheduler")
+        time.sleep(away)
+        if paused:
+            airflow_cli(deployment, "dags", "unpause", DAG_ID)
+        else:
+            airflow.restart(["scheduler"])
+        row.struck += 1
+        time.sleep(90)  # the latest interval runs meanwhile
+        stream.__exit__()
+        last_sent = max(at for _, at in stream.sent)
+        # On-call: what `status` names, backfilled; until the newest published slice ends
+        # past the last record and nothing is unowned.
+        deadline = time.monotonic() + 1200
+        backfilled: set[tuple[str, str]] = set()
+        while True:
+            report = status_json(deployment)
+            for start, end in report["unowned"]:
+                if (start, end) not in backfilled:
+                    with contextlib.suppress(RuntimeError):  # one backfill still open: later
+                        airflow.backfill(
+                            datetime.fromisoformat(start), datetime.fromisoformat(end),
+                            wait=False, interval=timedelta(minutes=1),
+                        )  # fmt: skip
+                        backfilled.add((start, end))
+            if backfilled:  # a refused publication whose retries ran out: cleared
+                airflow_cli(deployment, "tasks", "clear", DAG_ID, "--only-failed", "--yes")
+            acked = Ledger.of(settings).mark("acknowledged")
+            if acked and datetime.fromisoformat(acked["through"]) > last_sent:
+                if not report["unowned"]:
+                    break
+            assert time.monotonic() < deadline, f"not caught up: {report}\n{airflow.tail()}"
+            time.sleep(10)
+        assert backfilled, "the skipped intervals were never named"
+    through = datetime.fromisoformat(Ledger.of(settings).mark("acknowledged")["through"])
+    expected = {e for e, at in stream.sent if at < through}
+    silver = [
+        r.event_id
+        for r in spark.read.format("delta").load(settings.table("silver"))
+        .where(F.col("event_id").startswith(prefix)).select("event_id").collect()
+    ]  # fmt: skip
+    row.events += len(expected)
+    row.lost += len(expected - set(silver))
+    row.duplicated += len(silver) - len(set(silver))
+    row.unexpected += len(set(silver) - {e for e, _ in stream.sent})
+
+
+def airflow_cli(env: dict[str, str], *args: str) -> None:
+    done = subprocess.run(
+        [str(VENV_BIN / "airflow"), *args], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def status_json(env: dict[str, str]) -> dict:
+    done = subprocess.run(
+        [str(VENV_BIN / "slicewise"), "status", "--json"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
