@@ -236,16 +236,25 @@ def verified_version(
         gap = first_unowned(ledger)
         floor = ledger.verified_floor()
         commits = commits_above(spark, path, floor, accept_truncated)
+        own = ledger.step(slice_id, "gate") or {}
         proved = proved_prefix(
             floor,
             commits,
             lambda s: ledger.step(s, "gate"),
             past(gap),
+            int(own["silver_version"]) if own.get("success") and "silver_version" in own else -1,
         )
         last = last_commit(commits, slice_id)
         mine = None if last is None else last.version
         if mine is None or proved.version >= mine:
             return proved.version
+        if proved.by_hand is not None and not proved.pending and not proved.failed:
+            raise GateNotPassed(
+                f"slice {slice_id}: silver holds a write by hand at version {proved.by_hand} "
+                "(a commit of no slice step that changed rows) that no gate has seen; run this "
+                "slice's gate again, which validates silver as it is now, then publish. "
+                "Nothing was published."
+            )
         if slice_id in proved.pending:
             raise GateNotPassed(
                 f"slice {slice_id}: silver holds a commit of it (version {mine}) that its "
@@ -272,6 +281,7 @@ class Proved:
     failed: list[str]  # the slices whose failed gate stops it above
     pending: list[str]  # the slices whose gate has not seen their commit above it
     beyond: bool = False  # a pending slice lies past a range no slice owns
+    by_hand: int | None = None  # a write by hand no passing gate has seen, where it stops
 
 
 def proved_prefix(
@@ -279,15 +289,20 @@ def proved_prefix(
     commits: Commits,
     gate_of: Callable[[str], dict | None],
     beyond: Callable[[str], bool] = lambda _: False,
+    seen_by: int = -1,
 ) -> Proved:
     """The newest version V at or above `floor` (a version already published, so proved)
     such that each commit above `floor` up to V was seen by a passing gate of every
     slice it wrote for, that gate run at a version at or below V: each row V holds was
     then in the version some passing gate validated. Walks `commits` oldest first and
     stops at the first commit no such gate saw, or of a slice `beyond` a range no slice
-    owns (as pending: it publishes once the range is run)."""
+    owns (as pending: it publishes once the range is run). A write by hand (a commit
+    of no slice step that changed rows) is proved once a passing gate ran at or above
+    it: one of the gates walked, or the publishing slice's own (`seen_by`)."""
     need = best = floor
-    for version, slices in ((c.version, c.slices) for c in commits):
+    unseen = None  # the first write by hand no passing gate has seen
+    for commit in commits:
+        version, slices = commit.version, commit.slices
         failed, pending = [], []
         past = [s for s in slices if beyond(s)]
         for s in slices:
@@ -302,10 +317,14 @@ def proved_prefix(
             else:
                 pending.append(s)
         if failed or pending:
-            return Proved(best, sorted(failed), sorted(pending), bool(past))
-        if version >= need:
+            return Proved(best, sorted(failed), sorted(pending), bool(past), unseen)
+        if commit.by_hand and unseen is None:
+            unseen = version
+        if unseen is not None and max(need, seen_by) >= unseen:
+            unseen = None
+        if unseen is None and version >= need:
             best = version
-    return Proved(best, [], [])
+    return Proved(best, [], [], by_hand=unseen)
 
 
 class PublicationBlocked(OperationalError):

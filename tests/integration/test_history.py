@@ -1,5 +1,7 @@
 """Publication walks silver's commits above the last published version (issue 93,
-finding 10). Delta's log cleanup removes commits older than `delta.logRetentionDuration`
+findings 9 and 10). A commit no slice step made (a write by hand) counted as proved,
+so a bad manual write reached gold without any gate; it is proved now only once a
+gate ran at or above it. Delta's log cleanup removes commits older than `delta.logRetentionDuration`
 below a checkpoint; when that cuts above the last publication (a failed gate left
 unrepaired that long, every publication since refused), the walk would start above
 the cut and never meet the failed slice's commit, publishing its rows. It is refused
@@ -7,9 +9,17 @@ now, naming the missing versions, until on-call accepts it by hand."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import pytest
+from pyspark.sql import functions as F
 
 from slicewise.commits import HistoryTruncated, commits_above
+from slicewise.gate import GateFailed, run_gate
+from slicewise.ingest import run_ingest
+from slicewise.planner import plan_slice
+from slicewise.publish import GateNotPassed, run_publish
+from slicewise_dev.producer import Record, event_value
 
 pytestmark = pytest.mark.integration
 
@@ -37,3 +47,35 @@ def test_a_log_cleaned_up_above_the_last_publication_is_refused_until_accepted(s
     assert [(c.version, c.slices) for c in accepted] == [(10, ("s10",)), (11, ("s11",))]
     # A floor the log still reaches is walked as before.
     assert [c.version for c in commits_above(spark, path, 9)] == [10, 11]
+
+
+def test_a_write_by_hand_reaches_gold_only_after_a_gate_saw_it(spark, pipeline):
+    settings, producer = pipeline
+    t0 = (datetime.now(timezone.utc) - timedelta(days=1)).replace(minute=0, second=0, microsecond=0)
+    producer.send([Record(event_value(f"e{i}", t0), i % 3, t0) for i in range(6)])
+    sl = plan_slice(settings, t0, t0 + timedelta(hours=1), now=t0 + timedelta(days=2))
+    run_ingest(spark, settings, sl.slice_id)
+    run_gate(spark, settings, sl.slice_id)
+
+    # A bad manual write after the gate: a second row of e0.
+    silver = settings.table("silver")
+    spark.read.format("delta").load(silver).where(F.col("event_id") == "e0").write.format(
+        "delta"
+    ).mode("append").save(silver)
+    with pytest.raises(GateNotPassed, match="a write by hand at version"):
+        run_publish(spark, settings, sl.slice_id)
+    with pytest.raises(GateFailed):  # the gate run again sees it, as silver is now
+        run_gate(spark, settings, sl.slice_id)
+    with pytest.raises(GateNotPassed, match="the gate has not passed"):
+        run_publish(spark, settings, sl.slice_id)
+
+    # On-call repairs by hand (one row of e0 again); the gate passes, publication with it.
+    rows = spark.read.format("delta").load(silver)
+    keep = rows.where(F.col("event_id") == "e0").limit(1).collect()
+    rows.where(F.col("event_id") != "e0").union(
+        spark.createDataFrame(keep, rows.schema)
+    ).write.format("delta").mode("overwrite").save(silver)
+    run_gate(spark, settings, sl.slice_id)
+    run_publish(spark, settings, sl.slice_id)
+    gold = spark.read.format("delta").load(settings.table("gold_events_per_hour"))
+    assert gold.agg(F.sum("events")).first()[0] == 6

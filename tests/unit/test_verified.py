@@ -71,3 +71,22 @@ def test_a_slice_past_a_range_no_slice_owns_caps_the_version_as_if_pending():
     seen = gates(x=(True, 1), y=(True, 2), z=(True, 3))
     assert proved_prefix(0, commits, seen.get) == Proved(3, [], [])
     assert proved_prefix(0, commits, seen.get, lambda s: s == "y") == Proved(1, [], ["y"], True)
+
+
+def test_a_write_by_hand_is_proved_only_by_a_gate_run_at_or_above_it():
+    # Version 2 changed rows outside any slice step (a repair, a bad manual write).
+    commits = log((1, ("x",)), (2, ()), (3, ("y",)))
+    seen = gates(x=(True, 1), y=(True, 3))  # y's gate ran after it: proved through 3
+    assert proved_prefix(0, commits, seen.get) == Proved(3, [], [])
+    commits = log((1, ("x",)), (2, ()))
+    # No gate ran above it: publication stops below it, and names it.
+    assert proved_prefix(0, commits, gates(x=(True, 1)).get) == Proved(1, [], [], by_hand=2)
+    # The publishing slice's gate, run again after it, proves it.
+    assert proved_prefix(0, commits, gates(x=(True, 1)).get, seen_by=2) == Proved(2, [], [])
+    # Compaction and a slice step's clean-up tagged with no slice change no row by hand.
+    quiet = [
+        Commit(1, ("x",), NOW),
+        Commit(2, (), NOW, "OPTIMIZE"),
+        Commit(3, (), NOW, "MERGE", True),
+    ]
+    assert proved_prefix(0, quiet, gates(x=(True, 1)).get) == Proved(3, [], [])
