@@ -115,6 +115,10 @@ class Protocol:
     # past a range no slice owns (False: any passing gate's commit counted, so an
     # earlier slice's publication carried a later, refused one's rows downstream).
     capped_at_coverage: bool = False
+    # Publication refuses a silver log that Delta's cleanup cut above the last published
+    # version until on-call accepts it, every gate passed (False: it walked from the
+    # oldest commit left and never met a failed slice's commit below it).
+    refuses_truncated: bool = False
 
 
 BEFORE = Protocol()
@@ -138,6 +142,7 @@ DESIGNED = Protocol(
     covers_topic=True,
     ack_from_ledger=True,
     capped_at_coverage=True,
+    refuses_truncated=True,
 )
 # What the code ships: every designed flag but those still open (`OPEN` in the tests).
 SHIPPED = DESIGNED
@@ -181,6 +186,7 @@ class Scenario:
     # A slice whose ingest is refused (a data-loss report) until on-call's override.
     refused: str | None = None
     group_expires: bool = False  # the group's offsets expire (or are reset) once
+    log_cleanup: bool = False  # Delta's log cleanup removes silver's commits but the latest
 
     @cached_property  # asked in every state the search reaches
     def slices(self) -> tuple[str, ...]:
@@ -224,6 +230,7 @@ class World(NamedTuple):
     running: tuple  # attempts: (pipeline, slice, step, attempt, pc, locals)
     kills: int
     done: frozenset  # operator actions done
+    cut: tuple = ()  # pipeline -> silver's oldest version whose commit the log still holds
 
 
 STEPS = ("plan", "ingest", "gate", "publish", "announce")
@@ -582,9 +589,11 @@ def floor(m: Model, w: World, p: str) -> int:
 
 
 def last_commit(m: Model, w: World, p: str, s: str, upto: int) -> int | None:
-    """The newest commit above the floor, at or below `upto`, tagged with `s`."""
+    """The newest commit above the floor, at or below `upto`, tagged with `s`, among those
+    the log still holds."""
     vs = m.versions(w, p)
-    found = [v for v in range(floor(m, w, p) + 1, upto + 1) if s in gated(vs[v][1])]
+    first = max(floor(m, w, p) + 1, get(w.cut, p, 0))
+    found = [v for v in range(first, upto + 1) if s in gated(vs[v][1])]
     return found[-1] if found else None
 
 
@@ -597,7 +606,10 @@ def verified_from_commits(m: Model, w: World, p: str, s: str) -> tuple[str, Any]
     current = len(vs) - 1
     need = best = floor(m, w, p)
     pending, failed = [], []
-    for v in range(best + 1, current + 1):
+    cut = get(w.cut, p, 0)
+    if cut > best + 1 and m.proto.refuses_truncated and not w.repaired:
+        return "failed", ["history"]  # HistoryTruncated, until on-call accepts it
+    for v in range(max(best + 1, cut), current + 1):
         for t in gated(vs[v][1]):
             outcome = m.rec(w, p, "gate", t)
             if m.proto.capped_at_coverage and unowned_before(m, w, p, t):
@@ -909,6 +921,12 @@ def moves(m: Model, w: World) -> list[tuple[str, World]]:
                 unowned_before(m, w, p, x) == s for p in sc.pipelines for x in m.recs(w, p, "slice")
             ):
                 out.append((f"backfill {s}", w._replace(done=w.done | {f"backfill {s}"})))
+    if sc.log_cleanup and "log cleanup" not in w.done:
+        for p in sc.pipelines:
+            latest = len(m.versions(w, p)) - 1
+            if latest > floor(m, w, p) + 1:
+                cleaned = w._replace(cut=put(w.cut, p, latest), done=w.done | {"log cleanup"})
+                out.append((f"Delta's log cleanup keeps {p}'s silver from v{latest}", cleaned))
     if sc.group_expires and "group expired" not in w.done:
         expired = w._replace(group=tuple((p, -1) for p, _ in w.group))
         out.append(

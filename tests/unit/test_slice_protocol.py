@@ -371,7 +371,8 @@ def test_without_each_coverage_fix_the_designed_protocol_breaks(hole, fixes, inv
 
 # Production's shape, too big to search whole: retries=3 (four attempts), four runs in
 # flight, kills and zombies, an interval the scheduler skipped, a slice refused until
-# its override, and the group's offsets expiring. Seeded random walks of the model.
+# its override, the group's offsets expiring and silver's log cleaned up. Seeded random
+# walks of the model.
 PRODUCTION = Scenario(
     "production",
     (
@@ -388,6 +389,7 @@ PRODUCTION = Scenario(
     skipped=frozenset({"Y"}),
     refused="Z",
     group_expires=True,
+    log_cleanup=True,
 )
 WALK_SEEDS = range(3)  # a fixed budget in the unit tier; a long run: SLICEWISE_WALKS
 
@@ -404,3 +406,24 @@ def test_random_walks_find_the_skipped_interval_on_the_protocol_before() -> None
     off = replace(SHIPPED, covers_topic=False, capped_at_coverage=False)
     report = walk(PRODUCTION, off, seed=0, walks=50)
     assert "unowned_passed" in report.found, report.describe()
+
+
+# Issue 93, 10: X's gate fails, so nothing publishes; Delta's log cleanup then keeps
+# silver's commits from Y's on, and Y's publication walked from there, never meeting
+# X's commit: X's rejected rows reached gold. (The protocol before the commits' walk
+# had no walk to cut: only the designed one without the fix shows it.)
+LOG_CLEANUP = Scenario(
+    "log-cleanup",
+    (Copy("a", 0, 0, "X", BAD), Copy("b", 0, 1, "Y")),
+    kills=1,
+    attempts=2,
+    log_cleanup=True,
+)
+
+
+def test_a_log_cleaned_up_above_the_last_publication_is_refused_until_accepted() -> None:
+    report = explored(LOG_CLEANUP, SHIPPED)
+    assert report.quiet > 0
+    assert not report.found, report.describe()
+    cut_through = explore(LOG_CLEANUP, replace(DESIGNED, refuses_truncated=False))
+    assert "unproved_gold" in cut_through.found, cut_through.describe()
