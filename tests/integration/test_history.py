@@ -1,7 +1,8 @@
 """Publication walks silver's commits above the last published version (issue 93,
 findings 9 and 10). A commit no slice step made (a write by hand) counted as proved,
 so a bad manual write reached gold without any gate; it is proved now only once a
-gate ran at or above it. Delta's log cleanup removes commits older than `delta.logRetentionDuration`
+passing gate ran at or above it, and publication reads the version before it until
+then. Delta's log cleanup removes commits older than `delta.logRetentionDuration`
 below a checkpoint; when that cuts above the last publication (a failed gate left
 unrepaired that long, every publication since refused), the walk would start above
 the cut and never meet the failed slice's commit, publishing its rows. It is refused
@@ -19,6 +20,7 @@ from slicewise.gate import GateFailed, run_gate
 from slicewise.ingest import run_ingest
 from slicewise.planner import plan_slice
 from slicewise.publish import GateNotPassed, run_publish
+from slicewise.tables import table_version
 from slicewise_dev.producer import Record, event_value
 
 pytestmark = pytest.mark.integration
@@ -59,23 +61,30 @@ def test_a_write_by_hand_reaches_gold_only_after_a_gate_saw_it(spark, pipeline):
 
     # A bad manual write after the gate: a second row of e0.
     silver = settings.table("silver")
-    spark.read.format("delta").load(silver).where(F.col("event_id") == "e0").write.format(
-        "delta"
-    ).mode("append").save(silver)
-    with pytest.raises(GateNotPassed, match="a write by hand at version"):
-        run_publish(spark, settings, sl.slice_id)
-    with pytest.raises(GateFailed):  # the gate run again sees it, as silver is now
+    rows = spark.read.format("delta").load(silver)
+    rows.where(F.col("event_id") == "e0").write.format("delta").mode("append").save(silver)
+    hand = table_version(spark, silver)
+
+    # Publication reads the version before it: no gate has seen it (before: counted as
+    # proved, and gold counted e0 twice).
+    first = run_publish(spark, settings, sl.slice_id)
+    assert first.silver_version == hand - 1
+    assert gold_events(spark, settings) == 6
+    with pytest.raises(GateFailed):  # the gate run again validates silver as it is now
         run_gate(spark, settings, sl.slice_id)
-    with pytest.raises(GateNotPassed, match="the gate has not passed"):
+    with pytest.raises(GateNotPassed):
         run_publish(spark, settings, sl.slice_id)
 
     # On-call repairs by hand (one row of e0 again); the gate passes, publication with it.
-    rows = spark.read.format("delta").load(silver)
     keep = rows.where(F.col("event_id") == "e0").limit(1).collect()
     rows.where(F.col("event_id") != "e0").union(
         spark.createDataFrame(keep, rows.schema)
     ).write.format("delta").mode("overwrite").save(silver)
     run_gate(spark, settings, sl.slice_id)
-    run_publish(spark, settings, sl.slice_id)
+    assert run_publish(spark, settings, sl.slice_id).silver_version == hand + 1
+    assert gold_events(spark, settings) == 6
+
+
+def gold_events(spark, settings) -> int:
     gold = spark.read.format("delta").load(settings.table("gold_events_per_hour"))
-    assert gold.agg(F.sum("events")).first()[0] == 6
+    return gold.agg(F.sum("events")).first()[0]
