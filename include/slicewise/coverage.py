@@ -159,8 +159,10 @@ class UnownedRange(OperationalError):
             "that are in no table (the scheduler skipped those intervals: an outage, a "
             "paused DAG, catchup off, or a run that never planned). Nothing downstream "
             "changed. Run those intervals, then clear this task: `airflow backfill create "
-            f"--dag-id {dag_id} --from-date {start} --to-date {end}`, or by hand `slicewise "
-            f"plan --start {start} --end {end}` and its steps (docs/RUNBOOK.md#unowned-range)."
+            f"--dag-id {dag_id} --from-date {start} --to-date {end} --max-active-runs 4` (the "
+            "runs plan at once: a slice committed after the range waits for all of it), or by "
+            f"hand `slicewise plan --start {start} --end {end}` and its steps "
+            "(docs/RUNBOOK.md#unowned-range)."
         )
 
 

@@ -1085,9 +1085,11 @@ def scheduler_away_run(
             for start, end in report["unowned"]:
                 if (start, end) not in backfilled:
                     with contextlib.suppress(RuntimeError):  # one backfill still open: later
+                        # As the refusal says: several runs at once (one at a time, a
+                        # slice committed after the range waits for the whole of it).
                         airflow.backfill(
                             datetime.fromisoformat(start), datetime.fromisoformat(end),
-                            wait=False, interval=timedelta(minutes=1),
+                            wait=False, interval=timedelta(minutes=1), max_active_runs=4,
                         )  # fmt: skip
                         backfilled.add((start, end))
             if backfilled:  # a refused publication whose retries ran out: cleared
