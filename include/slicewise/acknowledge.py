@@ -25,13 +25,12 @@ publication moves the group past it.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
 from slicewise.config import Settings
-from slicewise.coverage import Unowned, origin, run_from
+from slicewise.coverage import Unowned, acknowledged_through, run_from
 from slicewise.kafka.consumer_group import ConsumerGroup
 from slicewise.kafka.offsets import client_conf
 from slicewise.ledger import Ledger
@@ -105,15 +104,14 @@ def published_run(ledger: Ledger) -> tuple[Slice | None, Slice | Unowned | None]
     """The last slice of the run of published slices from the origin (None: none yet),
     and what ends it: the first slice not yet published, or a range no slice owns (None:
     nothing planned past it). Reads the slices planned since the `acknowledged` mark."""
-    start = origin(ledger)
-    if start is None:
+    through = acknowledged_through(ledger)
+    if through is None:
         return None, None
-    mark = ledger.mark("acknowledged")
-    through = start if mark is None else max(start, datetime.fromisoformat(mark["through"]))
     following = ledger.latest_slices(1 << 62, since=through)
     end, last, gap = run_from(
         through, following, counts=lambda sl: ledger.step(sl.slice_id, "publish") is not None
     )
+    mark = ledger.mark("acknowledged")
     if last is None and mark is not None:
         last = ledger.load_slice(mark["slice_id"])
     waiting = next((sl for sl in following if sl.start == end), None)

@@ -105,6 +105,17 @@ def origin(ledger: Ledger) -> datetime | None:
     return None if mark is None else datetime.fromisoformat(mark["origin"])
 
 
+def acknowledged_through(ledger: Ledger) -> datetime | None:
+    """Where the run of published slices from the origin ends, as far as the
+    `acknowledged` mark knows (None: no slice planned yet): every slice before it is
+    published."""
+    start = origin(ledger)
+    mark = ledger.mark("acknowledged")
+    if start is None or mark is None:
+        return start
+    return max(start, datetime.fromisoformat(mark["through"]))
+
+
 def first_unowned(ledger: Ledger, before: datetime | None = None) -> Unowned | None:
     """The first range no slice owns between the origin and `before` (None: up to the
     newest slice), raising the `covered` mark to where the walk got."""

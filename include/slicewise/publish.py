@@ -24,7 +24,13 @@ from slicewise import key_index
 from slicewise.acknowledge import acknowledge
 from slicewise.commits import Commits, commits_above, last_commit
 from slicewise.config import Settings
-from slicewise.coverage import Unowned, UnownedRange, first_unowned, require_owned
+from slicewise.coverage import (
+    Unowned,
+    UnownedRange,
+    acknowledged_through,
+    first_unowned,
+    require_owned,
+)
 from slicewise.errors import OperationalError
 from slicewise.faults import fault_point
 from slicewise.ledger import Ledger
@@ -70,6 +76,8 @@ def run_publish(
         ledger, ledger.load_slice(slice_id), settings.publish_wait_seconds, settings.pipeline.dag_id
     )
     silver_path = settings.table("silver")
+    if accept_truncated_history:
+        require_gates_passed(ledger, slice_id)
     version = verified_version(spark, settings, ledger, slice_id, accept_truncated_history)
     if accept_truncated_history:
         ledger.record_step(slice_id, "truncated_history_ack", {"silver_version": version})
@@ -148,6 +156,26 @@ def run_publish(
     # of them, become a run of it, so the next slices' lookups stay short.
     key_index.flush(spark, settings)
     return publication
+
+
+def require_gates_passed(ledger: Ledger, slice_id: str) -> None:
+    """Refuse to publish over a cut log unless every slice not yet published that read its
+    records (bronze recorded: its MERGE may have committed where the log was cut) has a
+    passing gate: the commits the walk can no longer read are then all proved."""
+    unproved = [
+        sl.slice_id
+        for sl in ledger.latest_slices(1 << 62, since=acknowledged_through(ledger))
+        if ledger.step(sl.slice_id, "publish") is None
+        and ledger.step(sl.slice_id, "bronze") is not None
+        and not (ledger.step(sl.slice_id, "gate") or {}).get("success")
+    ]
+    if unproved:
+        raise GateNotPassed(
+            f"slice {slice_id}: --accept-truncated-history refused: slice(s) "
+            f"{', '.join(unproved)} merged into silver and have no passing gate; their commits "
+            "may be where the log was cut. Run their gates until each passes "
+            "(docs/RUNBOOK.md#gate-failed), then publish again. Nothing was published."
+        )
 
 
 # Gold's writes carry one idempotent-write id: Delta skips a write whose txnVersion is not

@@ -607,8 +607,16 @@ def verified_from_commits(m: Model, w: World, p: str, s: str) -> tuple[str, Any]
     need = best = floor(m, w, p)
     pending, failed = [], []
     cut = get(w.cut, p, 0)
-    if cut > best + 1 and m.proto.refuses_truncated and not w.repaired:
-        return "failed", ["history"]  # HistoryTruncated, until on-call accepts it
+    if cut > best + 1 and m.proto.refuses_truncated:
+        # HistoryTruncated, until on-call accepts it; the acceptance itself is refused
+        # while a slice that merged has no passing gate.
+        unproved = [
+            x
+            for x in m.sc.slices
+            if (p, "bronze", x) in w.appended and not (m.rec(w, p, "gate", x) or (False,))[0]
+        ]
+        if not w.repaired or unproved:
+            return "failed", unproved or ["history"]
     for v in range(max(best + 1, cut), current + 1):
         for t in gated(vs[v][1]):
             outcome = m.rec(w, p, "gate", t)
