@@ -261,9 +261,11 @@ def verified_version(
         return None
     deadline = time.monotonic() + settings.publish_wait_seconds
     while True:
-        gap = first_unowned(ledger)
         floor = ledger.verified_floor()
         commits = commits_above(spark, path, floor, accept_truncated)
+        # After the commits: each slice they name was planned before it committed, so a
+        # range this finds unowned was unowned when they were read.
+        gap = first_unowned(ledger)
         own = ledger.step(slice_id, "gate") or {}
         proved = proved_prefix(
             floor,
@@ -299,8 +301,9 @@ def verified_version(
 
 
 def past(gap: Unowned | None) -> Callable[[str], bool]:
-    """Whether a slice lies past the range `gap` (None: no range unowned)."""
-    return lambda s: gap is not None and slice_interval(s)[0] >= gap.end
+    """Whether a slice lies past the range `gap` (None: no range unowned): it starts at or
+    after the range's first offset no slice owns."""
+    return lambda s: gap is not None and slice_interval(s)[0] >= gap.start
 
 
 @dataclass(frozen=True)
