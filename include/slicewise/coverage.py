@@ -80,19 +80,28 @@ def run_from(
 
 def note_origin(ledger: Ledger, declared: datetime | None) -> None:
     """Record where coverage starts, once, when a slice is planned: `declared` (the
-    definition's `start`), else the ledger's oldest slice not yet published."""
-    if ledger.mark("covered") is None:
-        _seed(ledger, declared)
-
-
-def _seed(ledger: Ledger, declared: datetime | None) -> None:
+    definition's `start`), else the first slice's start. A ledger from before the marks
+    (more slices than this one) is seeded where a walk first needs it (`origin`), so
+    planning reads the same whatever the history."""
+    if ledger.mark("covered") is not None:
+        return
     if declared is None:
-        latest = ledger.latest_slices(SEED)
-        if not latest:
+        latest = ledger.latest_slices(2)
+        if len(latest) != 1:
             return
-        waiting = (sl for sl in latest if ledger.step(sl.slice_id, "publish") is None)
-        declared = next((sl.start for sl in waiting), latest[-1].end)
+        declared = latest[0].start
     at = declared.isoformat()
+    ledger.create_mark("covered", {"origin": at, "through": at})
+
+
+def _seed(ledger: Ledger) -> None:
+    """A ledger from before the marks, once: its oldest slice not yet published among its
+    latest `SEED`, so the walks start below any slice still waiting."""
+    latest = ledger.latest_slices(SEED)
+    if not latest:
+        return
+    waiting = (sl for sl in latest if ledger.step(sl.slice_id, "publish") is None)
+    at = next((sl.start for sl in waiting), latest[-1].end).isoformat()
     ledger.create_mark("covered", {"origin": at, "through": at})
 
 
@@ -100,7 +109,7 @@ def origin(ledger: Ledger) -> datetime | None:
     """Where the pipeline's coverage starts (None: no slice planned yet)."""
     mark = ledger.mark("covered")
     if mark is None:  # a ledger from before the marks
-        _seed(ledger, None)
+        _seed(ledger)
         mark = ledger.mark("covered")
     return None if mark is None else datetime.fromisoformat(mark["origin"])
 

@@ -121,8 +121,10 @@ def test_pipelines_from_one_file_are_each_exactly_once(
     # The one-minute pipeline declares where it starts: Airflow then runs every interval
     # after its backfill (catchup), so its scheduled slice follows without a gap, which
     # publication would refuse (docs/RUNBOOK.md#unowned-range).
+    # One run at a time: its first scheduled run then ends first, not beside three others.
     doc = yaml.safe_load(definitions.read_text())
     doc["pipelines"]["orders"]["start"] = start["orders"].isoformat()
+    doc["pipelines"]["orders"]["airflow"] = {"max_active_runs": 1}
     definitions.write_text(yaml.safe_dump(doc, sort_keys=False))
     oracle = {
         name: produce(s, start[name], 1, 160, FAULTS, seed=7, shape=name, interval=every[name])
