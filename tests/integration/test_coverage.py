@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from test_consumer_group import consumer_groups, describe
+from test_core import cli_env
 
 from slicewise import acknowledge, cli
 from slicewise.coverage import UnownedRange
@@ -60,12 +61,7 @@ def ingest_and_gate(spark, settings, hour: int):
 
 
 def status(monkeypatch, capsys, settings, kafka_bootstrap) -> str:
-    for name, value in {
-        "SLICEWISE_TOPIC": settings.topic,
-        "SLICEWISE_LAKEHOUSE": settings.lakehouse,
-        "SLICEWISE_KAFKA_BOOTSTRAP": kafka_bootstrap,
-    }.items():
-        monkeypatch.setenv(name, value)
+    cli_env(monkeypatch, settings, kafka_bootstrap)
     capsys.readouterr()
     assert cli.main(["status"]) == 0
     return capsys.readouterr().out

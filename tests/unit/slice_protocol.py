@@ -43,8 +43,9 @@ versions, each a set of copies and the slice step that committed it.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, partial
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -1096,6 +1097,18 @@ def compact(trace: list[str]) -> list[str]:
     return out
 
 
+def settle(m: Model, w: World, report: Report, trace: Callable[[], list[str]]) -> None:
+    """A quiet state (nothing left to run): the quiet checks, then on-call's rerun; the
+    first trace to each invariant broken."""
+    report.quiet += 1
+    try:
+        check_quiet(m, w)
+        recover(m, w)
+    except Violation as v:
+        if v.invariant not in report.violations:
+            report.violations[v.invariant] = [*trace(), str(v)]
+
+
 def explore(sc: Scenario, proto: Protocol = SHIPPED, limit: int = 2_000_000) -> Report:
     """Every state the scenario can reach (depth first, each once); the first trace to
     each invariant it breaks."""
@@ -1120,13 +1133,7 @@ def explore(sc: Scenario, proto: Protocol = SHIPPED, limit: int = 2_000_000) -> 
             raise RuntimeError(f"{sc.name}: more than {limit} states; bound the scenario")
         nexts = moves(m, w)
         if not nexts:
-            report.quiet += 1
-            try:
-                check_quiet(m, w)
-                recover(m, w)
-            except Violation as v:
-                if v.invariant not in report.violations:
-                    report.violations[v.invariant] = [*trace_of(path), str(v)]
+            settle(m, w, report, partial(trace_of, path))
             continue
         for label, w2 in nexts:
             if isinstance(w2, Violation):
@@ -1153,12 +1160,7 @@ def walk(sc: Scenario, proto: Protocol = SHIPPED, seed: int = 0, walks: int = 20
             report.states += 1
             nexts = moves(m, w)
             if not nexts:
-                report.quiet += 1
-                try:
-                    check_quiet(m, w)
-                    recover(m, w)
-                except Violation as v:
-                    report.violations.setdefault(v.invariant, [*trace, str(v)])
+                settle(m, w, report, trace.copy)
                 break
             label, w2 = rng.choice(nexts)
             if isinstance(w2, Violation):
