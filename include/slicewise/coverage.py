@@ -114,29 +114,32 @@ def origin(ledger: Ledger) -> datetime | None:
     return None if mark is None else datetime.fromisoformat(mark["origin"])
 
 
-def acknowledged_through(ledger: Ledger) -> datetime | None:
-    """Where the run of published slices from the origin ends, as far as the
-    `acknowledged` mark knows (None: no slice planned yet): every slice before it is
-    published."""
+def through(ledger: Ledger, name: str) -> datetime | None:
+    """Where the run a mark follows from the origin ends, as far as the mark knows (the
+    origin without it; None: no slice planned yet)."""
     start = origin(ledger)
-    mark = ledger.mark("acknowledged")
+    mark = ledger.mark(name)
     if start is None or mark is None:
         return start
     return max(start, datetime.fromisoformat(mark["through"]))
 
 
+def acknowledged_through(ledger: Ledger) -> datetime | None:
+    """Where the run of published slices from the origin ends, as far as the
+    `acknowledged` mark knows: every slice before it is published."""
+    return through(ledger, "acknowledged")
+
+
 def first_unowned(ledger: Ledger, before: datetime | None = None) -> Unowned | None:
     """The first range no slice owns between the origin and `before` (None: up to the
     newest slice), raising the `covered` mark to where the walk got."""
-    start = origin(ledger)
-    if start is None:
+    covered = through(ledger, "covered")
+    if covered is None:
         return None
-    mark = ledger.mark("covered") or {}
-    through = max(start, datetime.fromisoformat(mark.get("through", start.isoformat())))
-    if before is not None and through >= before:
+    if before is not None and covered >= before:
         return None
-    end, _, gap = run_from(through, ledger.latest_slices(1 << 62, since=through), before)
-    if end > through:
+    end, _, gap = run_from(covered, ledger.latest_slices(1 << 62, since=covered), before)
+    if end > covered:
         ledger.raise_mark("covered", "through", end)
     return gap
 
